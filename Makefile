@@ -1,0 +1,43 @@
+# The two commands: `make run` runs the default job, `make test` builds and runs the tests.
+# Both install the system packages they need first (scripts/install-deps.sh, idempotent).
+PRESET ?= release
+BUILD := build/$(PRESET)
+JOBS ?= $(shell nproc)
+CTEST_ARGS ?=
+
+.PHONY: deps configure build run test test-asan test-tsan bench bench-compare format lint clean
+
+deps:
+	@scripts/install-deps.sh
+
+configure: deps
+	@test -f $(BUILD)/build.ninja || cmake --preset $(PRESET) >/dev/null
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+# The default job.
+run: build
+	$(BUILD)/cohort bench allreduce --ranks 2 --sizes 4K,64K,1M,16M
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+test-asan:
+	$(MAKE) test PRESET=asan
+
+test-tsan:
+	$(MAKE) test PRESET=tsan
+
+# Cohort against OpenMPI and Gloo, side by side; writes the table into BENCHMARKS.md.
+bench-compare: build
+	scripts/bench-compare.sh
+
+format:
+	find src tests bench -name '*.h' -o -name '*.cc' | xargs clang-format -i
+
+lint: configure
+	find src -name '*.cc' | xargs clang-tidy -p $(BUILD) --quiet
+
+clean:
+	rm -rf build

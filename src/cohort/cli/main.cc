@@ -1,0 +1,47 @@
+// The `cohort` binary: one entry point, one subcommand per file.
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "cohort/base/error.h"
+#include "cohort/base/log.h"
+#include "cohort/cli/commands.h"
+
+namespace {
+
+void usage(std::ostream& os) {
+  os << "usage: cohort <command> [options]\n\n"
+        "commands:\n"
+        "  bench allreduce   measure collectives across local processes\n"
+        "  version           print the version\n"
+        "\nRun 'cohort <command> --help' for a command's options.\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  cohort::log::init();
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    usage(argc < 2 ? std::cerr : std::cout);
+    return argc < 2 ? 2 : 0;
+  }
+  std::string cmd = argv[1];
+  try {
+    for (const auto& c : cohort::cli::commands()) {
+      if (cmd == c.name) return c.run(argc - 1, argv + 1);
+    }
+    if (cmd == "version" || cmd == "--version") {
+      std::cout << "cohort 0.1.0\n";
+      return 0;
+    }
+    std::cerr << "cohort: unknown command '" << cmd << "'\n";
+    usage(std::cerr);
+    return 2;
+  } catch (const cohort::ConfigError& e) {
+    std::cerr << "cohort " << cmd << ": " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "cohort " << cmd << ": error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,72 @@
+// Communicator: a fixed group of ranks connected to each other over authenticated TCP.
+//
+// Every collective is asynchronous: it is queued to the communicator's communication thread and
+// returns a Work handle at once. Collectives run in issue order and carry a sequence number
+// (1, 2, 3, ... on every rank), which is the tag on the wire, so ranks that issue different
+// collectives are detected instead of exchanging mismatched data. Every blocking wait has a
+// deadline; a timeout names the collective, its sequence number and the ranks not heard from. A
+// lost peer fails every pending and future operation with PeerLostError. abort() unblocks all of
+// them at once; after an abort or a failure the communicator is dead and must be rebuilt (the
+// elastic layer does this for a new membership epoch).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "cohort/base/dtype.h"
+#include "cohort/comm/types.h"
+#include "cohort/comm/work.h"
+#include "cohort/store/store.h"
+
+namespace cohort::comm {
+
+struct CommConfig {
+  int rank = 0;
+  int size = 1;
+  std::string token;                        // the job's secret; proves membership in handshakes
+  std::string bind_host = "127.0.0.1";      // where this rank listens for its peers
+  std::string advertise_host;               // what peers dial; defaults to bind_host
+  std::chrono::milliseconds timeout{30000};  // default deadline of a collective and of setup
+  size_t chunk_bytes = 1 << 19;             // pipeline segment: reduction of one overlaps the next
+  int socket_buffer_bytes = 4 << 20;
+  std::string store_prefix = "comm";        // keys this communicator uses in the store
+};
+
+// Totals since the communicator was created (all ranks' own view).
+struct CommStats {
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t collectives = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  // Rendezvous through the store, connect to every peer and authenticate. Blocks until all ranks
+  // have joined or config.timeout passes (TimeoutError naming the ranks that never joined).
+  static std::unique_ptr<Communicator> create(store::Store& store, const CommConfig& config);
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In place on buf.
+  virtual std::shared_ptr<Work> allreduce(Buffer buf, const AllreduceOptions& opts = {}) = 0;
+  // in.count == out.count * size(); rank r receives the reduced block r.
+  virtual std::shared_ptr<Work> reduce_scatter(Buffer in, Buffer out,
+                                               const ReduceScatterOptions& opts = {}) = 0;
+  // out.count == in.count * size(); block r of out is rank r's in.
+  virtual std::shared_ptr<Work> allgather(Buffer in, Buffer out,
+                                          const CollectiveOptions& opts = {}) = 0;
+  virtual std::shared_ptr<Work> broadcast(Buffer buf, const BroadcastOptions& opts = {}) = 0;
+  virtual std::shared_ptr<Work> barrier(const CollectiveOptions& opts = {}) = 0;
+  virtual std::shared_ptr<Work> send(Buffer buf, int dst, const PointToPointOptions& opts = {}) = 0;
+  virtual std::shared_ptr<Work> recv(Buffer buf, int src, const PointToPointOptions& opts = {}) = 0;
+
+  // Fails every pending operation with AbortedError(reason) and closes all connections.
+  virtual void abort(const std::string& reason) = 0;
+  virtual CommStats stats() const = 0;
+};
+
+}  // namespace cohort::comm

@@ -1,0 +1,32 @@
+#include "cohort/comm/types.h"
+
+namespace cohort::comm {
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "?";
+}
+
+std::string_view algorithm_name(Algorithm a) {
+  switch (a) {
+    case Algorithm::Auto: return "auto";
+    case Algorithm::Ring: return "ring";
+    case Algorithm::HalvingDoubling: return "halving_doubling";
+  }
+  return "?";
+}
+
+Algorithm parse_algorithm(std::string_view s) {
+  if (s == "auto") return Algorithm::Auto;
+  if (s == "ring") return Algorithm::Ring;
+  if (s == "halving_doubling" || s == "hd") return Algorithm::HalvingDoubling;
+  throw ConfigError("unknown algorithm '" + std::string(s) +
+                    "' (expected auto, ring or halving_doubling)");
+}
+
+}  // namespace cohort::comm

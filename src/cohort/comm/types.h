@@ -1,0 +1,61 @@
+// Options and handles shared by every collective.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cohort/base/dtype.h"
+#include "cohort/base/error.h"
+
+namespace cohort::comm {
+
+enum class ReduceOp : uint8_t { Sum = 0, Avg = 1, Max = 2, Min = 3 };
+enum class Algorithm : uint8_t { Auto = 0, Ring = 1, HalvingDoubling = 2 };
+
+std::string_view reduce_op_name(ReduceOp op);
+std::string_view algorithm_name(Algorithm a);
+Algorithm parse_algorithm(std::string_view s);  // "auto" | "ring" | "halving_doubling"; ConfigError
+
+// A timeout of zero means "the communicator's default".
+struct AllreduceOptions {
+  ReduceOp op = ReduceOp::Sum;
+  Algorithm algorithm = Algorithm::Auto;
+  std::chrono::milliseconds timeout{0};
+};
+struct ReduceScatterOptions {
+  ReduceOp op = ReduceOp::Sum;
+  std::chrono::milliseconds timeout{0};
+};
+struct BroadcastOptions {
+  int root = 0;
+  std::chrono::milliseconds timeout{0};
+};
+struct CollectiveOptions {
+  std::chrono::milliseconds timeout{0};
+};
+struct PointToPointOptions {
+  uint32_t tag = 0;
+  std::chrono::milliseconds timeout{0};
+};
+
+// A collective did not finish in time. Names the collective, its sequence number and the ranks
+// that were not heard from.
+class CollectiveTimeoutError : public TimeoutError {
+ public:
+  CollectiveTimeoutError(std::string collective, uint64_t seq, std::vector<int> ranks,
+                         const std::string& what)
+      : TimeoutError(what), collective_(std::move(collective)), seq_(seq), ranks_(std::move(ranks)) {}
+  const std::string& collective() const { return collective_; }
+  uint64_t sequence() const { return seq_; }
+  const std::vector<int>& missing_ranks() const { return ranks_; }
+
+ private:
+  std::string collective_;
+  uint64_t seq_;
+  std::vector<int> ranks_;
+};
+
+}  // namespace cohort::comm

@@ -1,0 +1,110 @@
+#include "cohort/store/memory_store.h"
+
+#include "cohort/base/error.h"
+
+namespace cohort::store {
+
+std::string describe_missing(const std::vector<std::string>& missing) {
+  std::string s;
+  for (size_t i = 0; i < missing.size() && i < 8; ++i) {
+    if (i) s += ", ";
+    s += "'" + missing[i] + "'";
+  }
+  if (missing.size() > 8) s += " and " + std::to_string(missing.size() - 8) + " more";
+  return s;
+}
+
+void MemoryStore::set(const std::string& key, const Bytes& value) {
+  {
+    std::lock_guard lk(mu_);
+    data_[key] = value;
+  }
+  cv_.notify_all();
+}
+
+Bytes MemoryStore::get(const std::string& key) {
+  wait({key}, timeout_);
+  std::lock_guard lk(mu_);
+  return data_.at(key);
+}
+
+int64_t MemoryStore::add(const std::string& key, int64_t delta) {
+  int64_t v = 0;
+  {
+    std::lock_guard lk(mu_);
+    auto it = data_.find(key);
+    if (it != data_.end() && !it->second.empty()) {
+      try {
+        v = std::stoll(to_string(it->second));
+      } catch (const std::exception&) {
+        throw Error("store key '" + key + "' does not hold an integer");
+      }
+    }
+    v += delta;
+    data_[key] = to_bytes(std::to_string(v));
+  }
+  cv_.notify_all();
+  return v;
+}
+
+Bytes MemoryStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
+  Bytes result;
+  {
+    std::lock_guard lk(mu_);
+    auto it = data_.find(key);
+    if (it == data_.end()) {
+      if (!expected.empty()) return {};
+      data_[key] = desired;
+      result = desired;
+    } else if (it->second == expected) {
+      it->second = desired;
+      result = desired;
+    } else {
+      return it->second;
+    }
+  }
+  cv_.notify_all();
+  return result;
+}
+
+bool MemoryStore::delete_key(const std::string& key) {
+  std::lock_guard lk(mu_);
+  return data_.erase(key) > 0;
+}
+
+bool MemoryStore::check(const std::vector<std::string>& keys) {
+  std::lock_guard lk(mu_);
+  for (const auto& k : keys) {
+    if (!data_.count(k)) return false;
+  }
+  return true;
+}
+
+void MemoryStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
+  std::unique_lock lk(mu_);
+  auto missing = [&] {
+    std::vector<std::string> m;
+    for (const auto& k : keys) {
+      if (!data_.count(k)) m.push_back(k);
+    }
+    return m;
+  };
+  if (!cv_.wait_for(lk, timeout, [&] { return missing().empty(); })) {
+    throw TimeoutError("store wait timed out after " + std::to_string(timeout.count()) +
+                       " ms; missing keys: " + describe_missing(missing()));
+  }
+}
+
+std::optional<Bytes> MemoryStore::try_get(const std::string& key) {
+  std::lock_guard lk(mu_);
+  auto it = data_.find(key);
+  if (it == data_.end()) return std::nullopt;
+  return it->second;
+}
+
+size_t MemoryStore::size() {
+  std::lock_guard lk(mu_);
+  return data_.size();
+}
+
+}  // namespace cohort::store

@@ -1,0 +1,37 @@
+// In-process Store: a map under a mutex with a condition variable for waiters. Used by tests that run
+// ranks as threads, and as the state behind the TCP store server.
+#pragma once
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+
+#include "cohort/store/store.h"
+
+namespace cohort::store {
+
+class MemoryStore : public Store {
+ public:
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool delete_key(const std::string& key) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  using Store::wait;
+
+  // Non-blocking lookup, for servers that must never block their event loop.
+  std::optional<Bytes> try_get(const std::string& key);
+  size_t size();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, Bytes> data_;
+};
+
+// Formats the missing keys of a wait for a TimeoutError message.
+std::string describe_missing(const std::vector<std::string>& missing);
+
+}  // namespace cohort::store
