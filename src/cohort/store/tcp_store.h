@@ -1,0 +1,66 @@
+// TCP Store: a StoreServer (embedded in the coordinator or launcher process) holds the keys; every
+// rank talks to it through a TcpStore client. Clients authenticate with the job token (net/handshake)
+// before the server reads a single request; bad clients cost one log line.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "cohort/net/socket.h"
+#include "cohort/store/store.h"
+
+namespace cohort::store {
+
+struct StoreServerOptions {
+  std::string bind_host = "127.0.0.1";
+  uint16_t port = 0;  // 0: pick a free port
+  std::string token;
+  // A connection that has not finished its handshake by then is closed (slow-loris defence).
+  std::chrono::milliseconds handshake_timeout{5000};
+  size_t max_connections = 1024;
+  size_t max_value_bytes = 16u << 20;
+};
+
+// Serves the store on its own thread until destroyed or stop() is called.
+class StoreServer {
+ public:
+  explicit StoreServer(const StoreServerOptions& options);
+  ~StoreServer();
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  uint16_t port() const;
+  net::Endpoint endpoint() const;
+  void stop();
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+class TcpStore : public Store {
+ public:
+  // Connects (retrying until timeout while the server is not up yet) and authenticates.
+  TcpStore(const net::Endpoint& server, const std::string& token,
+           std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  ~TcpStore() override;
+
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool delete_key(const std::string& key) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  using Store::wait;
+
+ private:
+  class Conn;
+  std::unique_ptr<Conn> conn_;
+  std::mutex mu_;  // one request at a time on the connection
+};
+
+}  // namespace cohort::store
