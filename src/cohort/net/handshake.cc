@@ -5,13 +5,11 @@
 #include "cohort/base/bytes.h"
 #include "cohort/base/checksum.h"
 #include "cohort/base/error.h"
-#include "cohort/net/frame.h"
 
 namespace cohort::net {
 namespace {
 
 constexpr size_t kNonce = 32;
-constexpr size_t kMaxFrame = kMaxHandshakeInfo + 128;
 
 Digest mac(std::string_view token, std::string_view label, const uint8_t* a, const uint8_t* b,
            std::string_view info) {
@@ -25,6 +23,14 @@ void check_info(std::string_view info) {
   if (info.size() > kMaxHandshakeInfo) throw ProtocolError("handshake info too long");
 }
 
+// Tells the peer we are giving up, without letting a second failure hide the first.
+void send_reject(Socket& s, Deadline deadline) {
+  try {
+    write_frame(s, MsgType::kReject, nullptr, 0, deadline.earlier(Deadline::after(Millis(100))));
+  } catch (const Error&) {
+  }
+}
+
 }  // namespace
 
 std::string handshake_as_client(Socket& s, std::string_view token, std::string_view my_info,
@@ -36,7 +42,7 @@ std::string handshake_as_client(Socket& s, std::string_view token, std::string_v
   hello.put_bytes(cn, kNonce).put_string(my_info);
   write_frame(s, MsgType::kHello, hello.bytes(), deadline);
 
-  Frame f = read_frame(s, deadline, kMaxFrame);
+  Frame f = read_frame(s, deadline, kMaxHandshakeFrame);
   if (f.type == static_cast<uint16_t>(MsgType::kReject)) {
     throw AuthError("server rejected the handshake");
   }
@@ -49,52 +55,80 @@ std::string handshake_as_client(Socket& s, std::string_view token, std::string_v
   std::string server_info = r.get_string();
   Digest server_mac;
   std::memcpy(server_mac.data(), r.get_bytes(server_mac.size()), server_mac.size());
+  if (!r.done()) throw ProtocolError("trailing bytes in handshake challenge");
   if (!digest_equal(server_mac, mac(token, "cohort-server", cn, sn, server_info))) {
+    send_reject(s, deadline);
     throw AuthError("server failed to prove the job token");
   }
   Digest mine = mac(token, "cohort-client", sn, cn, my_info);
   write_frame(s, MsgType::kResponse, mine.data(), mine.size(), deadline);
 
-  Frame ok = read_frame(s, deadline, kMaxFrame);
+  Frame ok = read_frame(s, deadline, kMaxHandshakeFrame);
   if (ok.type != static_cast<uint16_t>(MsgType::kAccept)) {
     throw AuthError("server rejected the job token");
   }
   return server_info;
 }
 
-std::string handshake_as_server(Socket& s, std::string_view token, std::string_view my_info,
-                                Deadline deadline) {
-  check_info(my_info);
-  Frame hello = read_frame_of(s, MsgType::kHello, deadline, kMaxFrame);
+ServerHandshake::ServerHandshake(std::string_view token, std::string_view my_info)
+    : token_(token), my_info_(my_info) {
+  check_info(my_info_);
+}
+
+std::vector<uint8_t> ServerHandshake::on_hello(const Frame& hello) {
+  if (step_ != Step::kHello) throw ProtocolError("unexpected handshake hello");
+  if (hello.type != static_cast<uint16_t>(MsgType::kHello)) {
+    throw ProtocolError("expected a handshake hello, got message type " +
+                        std::to_string(hello.type));
+  }
   ByteReader r(hello.payload);
-  uint8_t cn[kNonce];
-  std::memcpy(cn, r.get_bytes(kNonce), kNonce);
-  std::string client_info = r.get_string();
+  std::memcpy(client_nonce_.data(), r.get_bytes(kNonce), kNonce);
+  client_info_ = r.get_string();
   if (!r.done()) throw ProtocolError("trailing bytes in handshake hello");
+  check_info(client_info_);
 
-  uint8_t sn[kNonce];
-  random_bytes(sn, kNonce);
-  Digest server_mac = mac(token, "cohort-server", cn, sn, my_info);
+  random_bytes(server_nonce_.data(), kNonce);
+  Digest server_mac =
+      mac(token_, "cohort-server", client_nonce_.data(), server_nonce_.data(), my_info_);
   ByteWriter ch;
-  ch.put_bytes(sn, kNonce).put_string(my_info).put_bytes(server_mac.data(), server_mac.size());
-  write_frame(s, MsgType::kChallenge, ch.bytes(), deadline);
+  ch.put_bytes(server_nonce_.data(), kNonce).put_string(my_info_);
+  ch.put_bytes(server_mac.data(), server_mac.size());
+  step_ = Step::kResponse;
+  return ch.take();
+}
 
-  Frame resp = read_frame(s, deadline, kMaxFrame);
+void ServerHandshake::on_response(const Frame& resp) {
+  if (step_ != Step::kResponse) throw ProtocolError("unexpected handshake response");
   if (resp.type == static_cast<uint16_t>(MsgType::kReject)) {
     throw AuthError("client rejected the server (it could not prove the job token)");
   }
   if (resp.type != static_cast<uint16_t>(MsgType::kResponse) ||
       resp.payload.size() != sizeof(Digest)) {
-    throw ProtocolError("malformed handshake response");
+    throw ProtocolError("malformed handshake response (type " + std::to_string(resp.type) + ", " +
+                        std::to_string(resp.payload.size()) + " bytes)");
   }
   Digest client_mac;
   std::memcpy(client_mac.data(), resp.payload.data(), client_mac.size());
-  if (!digest_equal(client_mac, mac(token, "cohort-client", sn, cn, client_info))) {
-    write_frame(s, MsgType::kReject, nullptr, 0, deadline);
+  if (!digest_equal(client_mac, mac(token_, "cohort-client", server_nonce_.data(),
+                                    client_nonce_.data(), client_info_))) {
     throw AuthError("client failed to prove the job token");
   }
+  step_ = Step::kDone;
+}
+
+std::string handshake_as_server(Socket& s, std::string_view token, std::string_view my_info,
+                                Deadline deadline) {
+  ServerHandshake hs(token, my_info);
+  write_frame(s, MsgType::kChallenge, hs.on_hello(read_frame(s, deadline, kMaxHandshakeFrame)),
+              deadline);
+  try {
+    hs.on_response(read_frame(s, deadline, kMaxHandshakeFrame));
+  } catch (const AuthError&) {
+    send_reject(s, deadline);
+    throw;
+  }
   write_frame(s, MsgType::kAccept, nullptr, 0, deadline);
-  return client_info;
+  return hs.client_info();
 }
 
 }  // namespace cohort::net

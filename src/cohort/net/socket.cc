@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -30,15 +31,16 @@ Endpoint Endpoint::parse(const std::string& s) {
   std::string host = s.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
+  } else if (host.find_first_of("[]:") != std::string::npos) {
+    // "::1:80" is ambiguous: IPv6 hosts must be bracketed.
+    throw ConfigError("bad address '" + s + "': write IPv6 hosts in brackets, e.g. [::1]:29500");
   }
-  unsigned long port = 0;
-  try {
-    size_t used = 0;
-    port = std::stoul(s.substr(colon + 1), &used);
-    if (used != s.size() - colon - 1) throw std::invalid_argument("trailing");
-  } catch (const std::exception&) {
+  std::string port_s = s.substr(colon + 1);
+  // Digits only: stoul alone would accept " 80", "+80" and "-1".
+  if (port_s.size() > 5 || port_s.find_first_not_of("0123456789") != std::string::npos) {
     throw ConfigError("bad port in address '" + s + "'");
   }
+  unsigned long port = std::stoul(port_s);
   if (port > 65535) throw ConfigError("port out of range in address '" + s + "'");
   if (host.empty()) host = "127.0.0.1";
   return Endpoint{host, static_cast<uint16_t>(port)};
@@ -166,7 +168,7 @@ std::string Socket::peer_address() const {
                   NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
     return "?";
   }
-  return std::string(host) + ":" + serv;
+  return Endpoint{host, static_cast<uint16_t>(std::atoi(serv))}.str();
 }
 
 bool wait_fd(int fd, short events, Deadline deadline) {
@@ -189,7 +191,8 @@ size_t Socket::send_some(const void* data, size_t n) {
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
     if (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN || errno == ETIMEDOUT) {
-      throw PeerLostError(-1, std::string("connection lost while sending: ") + std::strerror(errno));
+      throw PeerLostError(
+          -1, "connection to " + peer_address() + " lost while sending: " + std::strerror(errno));
     }
     throw SystemError("send", errno);
   }
@@ -200,12 +203,12 @@ size_t Socket::recv_some(void* data, size_t n) {
   for (;;) {
     ssize_t rc = ::recv(fd_, data, n, MSG_DONTWAIT);
     if (rc > 0) return static_cast<size_t>(rc);
-    if (rc == 0) throw PeerLostError(-1, "connection closed by peer");
+    if (rc == 0) throw PeerLostError(-1, "connection closed by peer " + peer_address());
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
     if (errno == ECONNRESET || errno == ENOTCONN || errno == ETIMEDOUT || errno == EPIPE) {
-      throw PeerLostError(-1, std::string("connection lost while receiving: ") +
-                                  std::strerror(errno));
+      throw PeerLostError(
+          -1, "connection to " + peer_address() + " lost while receiving: " + std::strerror(errno));
     }
     throw SystemError("recv", errno);
   }
@@ -216,7 +219,8 @@ void Socket::send_all(const void* data, size_t n, Deadline deadline) {
   while (n > 0) {
     size_t k = send_some(p, n);
     if (k == 0) {
-      if (!wait_fd(fd_, POLLOUT, deadline)) throw TimeoutError("timed out sending");
+      if (!wait_fd(fd_, POLLOUT, deadline))
+        throw TimeoutError("timed out sending to " + peer_address());
       continue;
     }
     p += k;
@@ -229,7 +233,8 @@ void Socket::recv_all(void* data, size_t n, Deadline deadline) {
   while (n > 0) {
     size_t k = recv_some(p, n);
     if (k == 0) {
-      if (!wait_fd(fd_, POLLIN, deadline)) throw TimeoutError("timed out receiving");
+      if (!wait_fd(fd_, POLLIN, deadline))
+        throw TimeoutError("timed out receiving from " + peer_address());
       continue;
     }
     p += k;
@@ -254,7 +259,7 @@ Listener Listener::bind(const std::string& host, uint16_t port, int backlog) {
     getsockname(s.fd(), reinterpret_cast<sockaddr*>(&ss), &len);
     Listener l;
     l.port_ = ntohs(ss.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port
-                                              : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+                                             : reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
     l.host_ = host;
     s.set_nonblocking(true);
     l.sock_ = std::move(s);
