@@ -1,0 +1,354 @@
+#include "cohort/train/config.h"
+
+#include <sys/stat.h>
+
+#include <charconv>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "cohort/base/error.h"
+#include "cohort/train/idx.h"
+#include "cohort/train/yaml_reader.h"
+
+namespace cohort::train {
+namespace {
+
+constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// Synthetic data lives in memory as float32: cap it at 2^28 values (1 GiB).
+constexpr int64_t kMaxSyntheticValues = int64_t{1} << 28;
+
+const Schema& schema() {
+  static const Schema s = {
+      {"", {"name", "workers", "threads_per_worker", "model", "data", "train", "comm",
+            "checkpoint"}},
+      {"model", {"name"}},
+      {"data", {"name", "path", "samples", "shape", "classes"}},
+      {"train", {"epochs", "max_steps", "batch_size", "seed", "log_every_steps", "drop_last",
+                 "optimizer", "lr_schedule"}},
+      {"train.optimizer", {"name", "lr", "momentum", "weight_decay", "betas", "eps"}},
+      {"train.lr_schedule", {"warmup_steps", "scaling"}},
+      {"comm", {"algorithm", "bucket_mb", "timeout_s"}},
+      {"checkpoint", {"every_steps", "keep"}},
+  };
+  return s;
+}
+
+template <typename E>
+std::vector<std::string> names(std::initializer_list<E> all, std::string_view (*name)(E)) {
+  std::vector<std::string> out;
+  for (E e : all) out.emplace_back(name(e));
+  return out;
+}
+
+template <typename E>
+E parse_enum(const std::string& s, std::initializer_list<E> all, std::string_view (*name)(E)) {
+  for (E e : all) {
+    if (name(e) == s) return e;
+  }
+  throw ConfigError("internal: unchecked choice " + s);  // get_choice() checked it
+}
+
+constexpr auto kModels = {ModelKind::Mlp, ModelKind::Cnn, ModelKind::ResNet};
+constexpr auto kDatasets = {DatasetKind::FashionMnist, DatasetKind::Mnist, DatasetKind::Synthetic};
+constexpr auto kOptimizers = {OptimizerKind::Sgd, OptimizerKind::Adam};
+constexpr auto kScalings = {LrScaling::None, LrScaling::Linear};
+const std::vector<std::string> kAlgorithms = {"auto", "ring", "halving_doubling"};
+
+bool is_dir(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string default_data_path(DatasetKind k) {
+  return k == DatasetKind::Mnist ? "/usr/share/datasets/mnist" : "/usr/share/datasets/fashion-mnist";
+}
+
+// A key that only applies to some settings of another key must not be silently ignored.
+void reject_if_present(const YamlReader& r, const YAML::Node& map, const std::string& path,
+                       const std::string& why) {
+  YAML::Node n = YamlReader::child(map, path);
+  if (n.IsDefined()) r.fail(path, n, "does not apply " + why);
+}
+
+void read_data(const YamlReader& r, const YAML::Node& root, const LoadOptions& opt,
+               DataConfig& d) {
+  YAML::Node m = r.section(root, "data");
+  if (auto s = r.get_choice(m, "data.name", names(kDatasets, dataset_kind_name))) {
+    d.name = parse_enum(*s, kDatasets, dataset_kind_name);
+  }
+  const std::string when = "when data.name is " + std::string(dataset_kind_name(d.name));
+  if (d.name == DatasetKind::Synthetic) {
+    reject_if_present(r, m, "data.path", when);
+    if (auto v = r.get_int(m, "data.samples", 1, kMaxInt, "a positive integer")) d.samples = *v;
+    if (auto v = r.get_int_list(m, "data.shape", 3, 1, 4096, "a list of 3 positive integers "
+                                                           "[channels, height, width]")) {
+      d.shape = *v;
+    }
+    if (auto v = r.get_int(m, "data.classes", 2, 1 << 20, "an integer >= 2")) d.classes = *v;
+    int64_t per_sample = d.shape[0] * d.shape[1] * d.shape[2];
+    if (d.samples > kMaxSyntheticValues / per_sample) {
+      r.fail("data.samples", YamlReader::child(m, "data.samples"),
+             std::to_string(d.samples) + " samples of " + std::to_string(per_sample) +
+                 " values exceed the synthetic data limit of 2^28 values (1 GiB)");
+    }
+    return;
+  }
+  for (const char* key : {"data.samples", "data.shape", "data.classes"}) {
+    reject_if_present(r, m, key, when + " (only to synthetic)");
+  }
+  d.path = default_data_path(d.name);
+  if (auto s = r.get_string(m, "data.path")) {
+    if (s->empty()) r.fail("data.path", YamlReader::child(m, "data.path"), "must not be empty");
+    d.path = *s;
+  }
+  if (!opt.check_paths) return;
+  YAML::Node at = YamlReader::child(m, "data.path");
+  const std::string dflt = at.IsDefined() ? "" : " (the default for this data.name)";
+  if (!is_dir(d.path)) r.fail("data.path", at, "no such directory \"" + d.path + "\"" + dflt);
+  for (const std::string& base : {idx_images_name(Split::Train), idx_labels_name(Split::Train)}) {
+    if (!find_idx_file(d.path, base)) {
+      r.fail("data.path", at, "\"" + d.path + "\"" + dflt + " has no " + base + ".gz");
+    }
+  }
+}
+
+void read_optimizer(const YamlReader& r, const YAML::Node& train, OptimizerConfig& o) {
+  YAML::Node m = r.section(train, "train.optimizer");
+  if (auto s = r.get_choice(m, "train.optimizer.name", names(kOptimizers, optimizer_kind_name))) {
+    o.name = parse_enum(*s, kOptimizers, optimizer_kind_name);
+  }
+  const std::string when = "when train.optimizer.name is " +
+                           std::string(optimizer_kind_name(o.name));
+  o.lr = o.name == OptimizerKind::Adam ? 0.001 : 0.05;
+  if (auto v = r.get_number(m, "train.optimizer.lr", 0, true, kInf, false, "a number > 0")) {
+    o.lr = *v;
+  }
+  if (auto v = r.get_number(m, "train.optimizer.weight_decay", 0, false, kInf, false,
+                            "a number >= 0")) {
+    o.weight_decay = *v;
+  }
+  if (o.name == OptimizerKind::Sgd) {
+    reject_if_present(r, m, "train.optimizer.betas", when + " (only to adam)");
+    reject_if_present(r, m, "train.optimizer.eps", when + " (only to adam)");
+    if (auto v = r.get_number(m, "train.optimizer.momentum", 0, false, 1, true,
+                              "a number in [0, 1)")) {
+      o.momentum = *v;
+    }
+    return;
+  }
+  reject_if_present(r, m, "train.optimizer.momentum", when + " (only to sgd)");
+  if (auto v = r.get_number(m, "train.optimizer.eps", 0, true, kInf, false, "a number > 0")) {
+    o.eps = *v;
+  }
+  YAML::Node betas = YamlReader::child(m, "train.optimizer.betas");
+  if (betas.IsDefined()) {
+    if (!betas.IsSequence() || betas.size() != 2) {
+      r.fail("train.optimizer.betas", betas,
+             "expected a list of 2 numbers in [0, 1), got " + YamlReader::describe(betas));
+    }
+    for (size_t i = 0; i < 2; ++i) {
+      o.betas[i] = r.number_value(betas[i], "train.optimizer.betas[" + std::to_string(i) + "]", 0,
+                                  false, 1, true, "a number in [0, 1)");
+    }
+  }
+}
+
+void read_train(const YamlReader& r, const YAML::Node& root, TrainConfig& t) {
+  YAML::Node m = r.section(root, "train");
+  if (auto v = r.get_int(m, "train.epochs", 1, kMaxInt, "a positive integer")) t.epochs = *v;
+  if (auto v = r.get_int(m, "train.max_steps", 0, kMaxInt, "a non-negative integer")) {
+    t.max_steps = *v;
+  }
+  if (auto v = r.get_int(m, "train.batch_size", 1, 1 << 24, "a positive integer")) {
+    t.batch_size = *v;
+  }
+  if (auto v = r.get_int(m, "train.seed", 0, kMaxInt, "a non-negative integer")) {
+    t.seed = static_cast<uint64_t>(*v);
+  }
+  if (auto v = r.get_int(m, "train.log_every_steps", 1, kMaxInt, "a positive integer")) {
+    t.log_every_steps = *v;
+  }
+  if (auto v = r.get_bool(m, "train.drop_last")) t.drop_last = *v;
+  read_optimizer(r, m, t.optimizer);
+  YAML::Node s = r.section(m, "train.lr_schedule");
+  if (auto v = r.get_int(s, "train.lr_schedule.warmup_steps", 0, kMaxInt,
+                         "a non-negative integer")) {
+    t.lr_schedule.warmup_steps = *v;
+  }
+  if (auto v = r.get_choice(s, "train.lr_schedule.scaling", names(kScalings, lr_scaling_name))) {
+    t.lr_schedule.scaling = parse_enum(*v, kScalings, lr_scaling_name);
+  }
+}
+
+JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
+  JobConfig c;
+  const YAML::Node& doc = r.root();
+  if (doc.IsDefined() && !doc.IsNull() && !doc.IsMap()) {
+    r.fail("", doc, "a job file is a map of keys, got " + YamlReader::describe(doc));
+  }
+  YAML::Node root = r.section(doc, "");
+  if (auto s = r.get_string(root, "name")) {
+    bool ok = !s->empty() && s->size() <= 64;
+    for (char ch : *s) {
+      ok = ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
+                  ch == '.');
+    }
+    if (!ok) {
+      r.fail("name", YamlReader::child(root, "name"),
+             "expected 1 to 64 letters, digits, '-', '_' or '.', got " +
+                 YamlReader::describe(YamlReader::child(root, "name")));
+    }
+    c.name = *s;
+  }
+  if (auto v = r.get_int(root, "workers", 1, 4096, "an integer in [1, 4096]")) c.workers = *v;
+  if (auto v = r.get_int(root, "threads_per_worker", 1, 256, "an integer in [1, 256]")) {
+    c.threads_per_worker = *v;
+  }
+  YAML::Node model = r.section(root, "model");
+  if (auto s = r.get_choice(model, "model.name", names(kModels, model_kind_name))) {
+    c.model.name = parse_enum(*s, kModels, model_kind_name);
+  }
+  read_data(r, root, opt, c.data);
+  if (c.model.name == ModelKind::Cnn && (c.data.shape[1] < 4 || c.data.shape[2] < 4)) {
+    // Two 2x2 max-pools need at least 4x4 pixels.
+    YAML::Node shape = YamlReader::child(YamlReader::child(root, "data"), "data.shape");
+    r.fail("data.shape", shape, "model cnn needs images of at least 4x4 pixels");
+  }
+  read_train(r, root, c.train);
+
+  YAML::Node comm = r.section(root, "comm");
+  if (auto s = r.get_choice(comm, "comm.algorithm", kAlgorithms)) c.comm.algorithm = *s;
+  if (auto v = r.get_number(comm, "comm.bucket_mb", 0, true, 4096, false,
+                            "a number in (0, 4096]")) {
+    c.comm.bucket_mb = *v;
+  }
+  if (auto v = r.get_number(comm, "comm.timeout_s", 0, true, 86400, false,
+                            "a number of seconds in (0, 86400]")) {
+    c.comm.timeout_s = *v;
+  }
+  YAML::Node ckpt = r.section(root, "checkpoint");
+  if (auto v = r.get_int(ckpt, "checkpoint.every_steps", 0, kMaxInt, "a non-negative integer")) {
+    c.checkpoint.every_steps = *v;
+  }
+  if (auto v = r.get_int(ckpt, "checkpoint.keep", 1, 1000, "an integer in [1, 1000]")) {
+    c.checkpoint.keep = *v;
+  }
+  return c;
+}
+
+// Shortest text that reads back as the same double.
+std::string number_text(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, end);
+}
+
+}  // namespace
+
+std::string_view model_kind_name(ModelKind k) {
+  switch (k) {
+    case ModelKind::Mlp: return "mlp";
+    case ModelKind::Cnn: return "cnn";
+    case ModelKind::ResNet: return "resnet";
+  }
+  return "?";
+}
+
+std::string_view dataset_kind_name(DatasetKind k) {
+  switch (k) {
+    case DatasetKind::FashionMnist: return "fashion-mnist";
+    case DatasetKind::Mnist: return "mnist";
+    case DatasetKind::Synthetic: return "synthetic";
+  }
+  return "?";
+}
+
+std::string_view optimizer_kind_name(OptimizerKind k) {
+  return k == OptimizerKind::Adam ? "adam" : "sgd";
+}
+
+std::string_view lr_scaling_name(LrScaling s) { return s == LrScaling::Linear ? "linear" : "none"; }
+
+JobConfig parse_job_config(std::string_view yaml, const std::string& source,
+                           const LoadOptions& options) {
+  YamlReader reader(yaml, source, &schema());
+  for (const auto& o : options.overrides) reader.apply_override(o);
+  return read_job(reader, options);
+}
+
+JobConfig load_job_config(const std::string& path, const LoadOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path + ": cannot open the job file");
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw ConfigError(path + ": cannot read the job file");
+  return parse_job_config(text.str(), path, options);
+}
+
+std::string to_yaml(const JobConfig& c) {
+  YAML::Emitter out;
+  auto num = [&](const char* key, double v) { out << YAML::Key << key << YAML::Value << number_text(v); };
+  out << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << c.name;
+  out << YAML::Key << "workers" << YAML::Value << c.workers;
+  out << YAML::Key << "threads_per_worker" << YAML::Value << c.threads_per_worker;
+  out << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << std::string(model_kind_name(c.model.name));
+  out << YAML::EndMap;
+
+  out << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << std::string(dataset_kind_name(c.data.name));
+  if (c.data.name == DatasetKind::Synthetic) {
+    out << YAML::Key << "samples" << YAML::Value << c.data.samples;
+    out << YAML::Key << "shape" << YAML::Value << YAML::Flow << c.data.shape;
+    out << YAML::Key << "classes" << YAML::Value << c.data.classes;
+  } else {
+    out << YAML::Key << "path" << YAML::Value << YAML::DoubleQuoted << c.data.path;
+  }
+  out << YAML::EndMap;
+
+  const TrainConfig& t = c.train;
+  out << YAML::Key << "train" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "epochs" << YAML::Value << t.epochs;
+  out << YAML::Key << "max_steps" << YAML::Value << t.max_steps;
+  out << YAML::Key << "batch_size" << YAML::Value << t.batch_size;
+  out << YAML::Key << "seed" << YAML::Value << t.seed;
+  out << YAML::Key << "log_every_steps" << YAML::Value << t.log_every_steps;
+  out << YAML::Key << "drop_last" << YAML::Value << (t.drop_last ? "true" : "false");
+  out << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << std::string(optimizer_kind_name(t.optimizer.name));
+  num("lr", t.optimizer.lr);
+  if (t.optimizer.name == OptimizerKind::Sgd) num("momentum", t.optimizer.momentum);
+  num("weight_decay", t.optimizer.weight_decay);
+  if (t.optimizer.name == OptimizerKind::Adam) {
+    out << YAML::Key << "betas" << YAML::Value << YAML::Flow << YAML::BeginSeq
+        << number_text(t.optimizer.betas[0]) << number_text(t.optimizer.betas[1])
+        << YAML::EndSeq;
+    num("eps", t.optimizer.eps);
+  }
+  out << YAML::EndMap;
+  out << YAML::Key << "lr_schedule" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "warmup_steps" << YAML::Value << t.lr_schedule.warmup_steps;
+  out << YAML::Key << "scaling" << YAML::Value << std::string(lr_scaling_name(t.lr_schedule.scaling));
+  out << YAML::EndMap << YAML::EndMap;
+
+  out << YAML::Key << "comm" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "algorithm" << YAML::Value << c.comm.algorithm;
+  num("bucket_mb", c.comm.bucket_mb);
+  num("timeout_s", c.comm.timeout_s);
+  out << YAML::EndMap;
+  out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "every_steps" << YAML::Value << c.checkpoint.every_steps;
+  out << YAML::Key << "keep" << YAML::Value << c.checkpoint.keep;
+  out << YAML::EndMap << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+InputSpec input_spec(const DataConfig& data) {
+  if (data.name == DatasetKind::Synthetic) return {.shape = data.shape, .classes = data.classes};
+  return {.shape = {1, 28, 28}, .classes = 10};
+}
+
+}  // namespace cohort::train

@@ -1,0 +1,124 @@
+// The job configuration: a tree of plain structs parsed from a YAML job file, validated, and
+// written back. Every key has a default (docs/job-config.md lists them with their ranges).
+//
+// Errors are ConfigErrors that say where the bad value is and which key it belongs to:
+//   job.yaml:7:12: train.batch_size: expected a positive integer, got "sixty"
+//   --set train.lr=x: train.lr: unknown key; did you mean 'train.optimizer.lr'?
+// This header does not include libtorch: the launcher and tools read job files without it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cohort::train {
+
+enum class ModelKind { Mlp, Cnn, ResNet };
+enum class DatasetKind { FashionMnist, Mnist, Synthetic };
+enum class OptimizerKind { Sgd, Adam };
+enum class LrScaling { None, Linear };
+
+std::string_view model_kind_name(ModelKind k);          // "mlp" | "cnn" | "resnet"
+std::string_view dataset_kind_name(DatasetKind k);      // "fashion-mnist" | "mnist" | "synthetic"
+std::string_view optimizer_kind_name(OptimizerKind k);  // "sgd" | "adam"
+std::string_view lr_scaling_name(LrScaling s);          // "none" | "linear"
+
+struct ModelConfig {
+  ModelKind name = ModelKind::Mlp;
+  bool operator==(const ModelConfig&) const = default;
+};
+
+// fashion-mnist and mnist read gzipped IDX files from `path`; synthetic generates `samples`
+// examples of `shape` ([C, H, W]) in `classes` classes from the job's seed.
+struct DataConfig {
+  DatasetKind name = DatasetKind::FashionMnist;
+  std::string path = "/usr/share/datasets/fashion-mnist";
+  int64_t samples = 10000;
+  std::vector<int64_t> shape = {1, 28, 28};
+  int64_t classes = 10;
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct OptimizerConfig {
+  OptimizerKind name = OptimizerKind::Sgd;
+  double lr = 0.05;  // the default depends on name: 0.05 for sgd, 0.001 for adam
+  double momentum = 0.9;                     // sgd only
+  double weight_decay = 0.0;
+  std::array<double, 2> betas = {0.9, 0.999};  // adam only
+  double eps = 1e-8;                         // adam only
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
+struct LrScheduleConfig {
+  int64_t warmup_steps = 0;
+  LrScaling scaling = LrScaling::None;
+  bool operator==(const LrScheduleConfig&) const = default;
+};
+
+struct TrainConfig {
+  int64_t epochs = 1;
+  int64_t max_steps = 0;  // 0: no limit other than epochs
+  int64_t batch_size = 64;  // per worker
+  uint64_t seed = 0;
+  int64_t log_every_steps = 10;
+  bool drop_last = false;  // see DistributedSampler (sampler.h)
+  OptimizerConfig optimizer;
+  LrScheduleConfig lr_schedule;
+  bool operator==(const TrainConfig&) const = default;
+};
+
+struct CommConfig {
+  std::string algorithm = "auto";  // auto | ring | halving_doubling (comm::parse_algorithm)
+  double bucket_mb = 25.0;
+  double timeout_s = 30.0;
+  bool operator==(const CommConfig&) const = default;
+};
+
+struct CheckpointConfig {
+  int64_t every_steps = 500;  // 0: no periodic checkpoints
+  int64_t keep = 3;
+  bool operator==(const CheckpointConfig&) const = default;
+};
+
+struct JobConfig {
+  std::string name = "cohort-job";
+  int64_t workers = 1;
+  int64_t threads_per_worker = 1;
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  CommConfig comm;
+  CheckpointConfig checkpoint;
+  bool operator==(const JobConfig&) const = default;
+};
+
+struct LoadOptions {
+  // "key.sub=value" overrides (the command line's --set), applied in order on the YAML tree
+  // before validation. The value is parsed as YAML, so "shape=[3,32,32]" sets a list.
+  std::vector<std::string> overrides;
+  // Check that data.path exists and holds the dataset's files. Tools that only print or convert a
+  // job file on another machine turn this off.
+  bool check_paths = true;
+};
+
+// Reads and validates a job file. Throws ConfigError (cohort/base/error.h).
+JobConfig load_job_config(const std::string& path, const LoadOptions& options = {});
+// Same, from YAML text; `source` names it in error messages (a file name, "<string>").
+JobConfig parse_job_config(std::string_view yaml, const std::string& source,
+                           const LoadOptions& options = {});
+
+// The resolved configuration as YAML, every applicable key written out. parse_job_config() of the
+// result gives back an equal JobConfig.
+std::string to_yaml(const JobConfig& config);
+
+// The [C, H, W] shape of one example and the number of classes the data gives the model.
+struct InputSpec {
+  std::vector<int64_t> shape;
+  int64_t classes = 0;
+  bool operator==(const InputSpec&) const = default;
+};
+InputSpec input_spec(const DataConfig& data);
+
+}  // namespace cohort::train

@@ -1,0 +1,270 @@
+#include "cohort/train/config.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "cohort/base/error.h"
+#include "cohort/train/yaml_reader.h"
+
+namespace cohort::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kFashion = "/usr/share/datasets/fashion-mnist";
+
+// The message of the ConfigError that parsing `yaml` raises ("" if it parses).
+std::string error_of(const std::string& yaml, std::vector<std::string> overrides = {}) {
+  try {
+    parse_job_config(yaml, "job.yaml", {.overrides = std::move(overrides), .check_paths = true});
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(JobConfig, EmptyFileGivesDefaults) {
+  JobConfig c = parse_job_config("", "job.yaml");
+  EXPECT_EQ(c, JobConfig{});
+  EXPECT_EQ(c.data.path, kFashion);
+  EXPECT_EQ(c.train.batch_size, 64);
+  EXPECT_EQ(c.comm.algorithm, "auto");
+}
+
+TEST(JobConfig, ParsesTheDocumentedExample) {
+  const std::string yaml = R"(name: fashion-cnn
+workers: 2
+threads_per_worker: 1
+model: {name: cnn}
+data: {name: fashion-mnist, path: /usr/share/datasets/fashion-mnist}
+train: {epochs: 3, max_steps: 0, batch_size: 32, seed: 7, log_every_steps: 10,
+        optimizer: {name: sgd, lr: 0.1, momentum: 0.5, weight_decay: 1e-4},
+        lr_schedule: {warmup_steps: 100, scaling: linear}}
+comm: {algorithm: ring, bucket_mb: 4.5, timeout_s: 30}
+checkpoint: {every_steps: 250, keep: 2}
+)";
+  JobConfig c = parse_job_config(yaml, "job.yaml");
+  EXPECT_EQ(c.name, "fashion-cnn");
+  EXPECT_EQ(c.workers, 2);
+  EXPECT_EQ(c.model.name, ModelKind::Cnn);
+  EXPECT_EQ(c.data.name, DatasetKind::FashionMnist);
+  EXPECT_EQ(c.train.epochs, 3);
+  EXPECT_EQ(c.train.batch_size, 32);
+  EXPECT_EQ(c.train.seed, 7u);
+  EXPECT_EQ(c.train.optimizer.name, OptimizerKind::Sgd);
+  EXPECT_DOUBLE_EQ(c.train.optimizer.lr, 0.1);
+  EXPECT_DOUBLE_EQ(c.train.optimizer.momentum, 0.5);
+  EXPECT_DOUBLE_EQ(c.train.optimizer.weight_decay, 1e-4);
+  EXPECT_EQ(c.train.lr_schedule.warmup_steps, 100);
+  EXPECT_EQ(c.train.lr_schedule.scaling, LrScaling::Linear);
+  EXPECT_EQ(c.comm.algorithm, "ring");
+  EXPECT_DOUBLE_EQ(c.comm.bucket_mb, 4.5);
+  EXPECT_EQ(c.checkpoint.every_steps, 250);
+  EXPECT_EQ(c.checkpoint.keep, 2);
+}
+
+TEST(JobConfig, AdamAndSyntheticKeys) {
+  JobConfig c = parse_job_config(R"(
+model: {name: resnet}
+data: {name: synthetic, samples: 512, shape: [3, 32, 32], classes: 100}
+train:
+  optimizer: {name: adam, betas: [0.8, 0.99], eps: 1.0e-6}
+)",
+                                 "job.yaml");
+  EXPECT_EQ(c.data.name, DatasetKind::Synthetic);
+  EXPECT_EQ(c.data.samples, 512);
+  EXPECT_EQ(c.data.shape, (std::vector<int64_t>{3, 32, 32}));
+  EXPECT_EQ(input_spec(c.data), (InputSpec{.shape = {3, 32, 32}, .classes = 100}));
+  EXPECT_EQ(c.train.optimizer.name, OptimizerKind::Adam);
+  EXPECT_DOUBLE_EQ(c.train.optimizer.lr, 0.001);  // adam's default
+  EXPECT_DOUBLE_EQ(c.train.optimizer.betas[0], 0.8);
+  EXPECT_DOUBLE_EQ(c.train.optimizer.eps, 1e-6);
+}
+
+TEST(JobConfig, ToYamlRoundTrips) {
+  for (const std::string& yaml : {
+           std::string(""),
+           std::string("name: a.b_c\nworkers: 3\ntrain: {seed: 12345678901, lr_schedule: "
+                       "{scaling: linear}, drop_last: true, optimizer: {lr: 0.1, "
+                       "weight_decay: 0.0001}}\ncomm: {bucket_mb: 0.3, timeout_s: 2.5}"),
+           std::string("data: {name: synthetic, samples: 100, shape: [2, 9, 7], classes: 3}\n"
+                       "train: {optimizer: {name: adam, lr: 3.0e-4, betas: [0.5, 0.75]}}"),
+       }) {
+    JobConfig c = parse_job_config(yaml, "job.yaml");
+    std::string out = to_yaml(c);
+    JobConfig back = parse_job_config(out, "resolved.yaml");
+    EXPECT_EQ(back, c) << out;
+    EXPECT_EQ(to_yaml(back), out);
+  }
+}
+
+TEST(JobConfig, LoadsFromFileAndNamesIt) {
+  fs::path dir = fs::temp_directory_path() / ("cohort_cfg_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string path = (dir / "job.yaml").string();
+  std::ofstream(path) << "workers: 4\ntrain:\n  batch_size: 0\n";
+  try {
+    load_job_config(path);
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              path + ":3:15: train.batch_size: expected a positive integer, got 0");
+  }
+  std::ofstream(path) << "workers: 4\n";
+  EXPECT_EQ(load_job_config(path).workers, 4);
+  EXPECT_THROW(load_job_config((dir / "missing.yaml").string()), ConfigError);
+  fs::remove_all(dir);
+}
+
+TEST(JobConfigErrors, WrongTypeNamesLineColumnAndKey) {
+  EXPECT_EQ(error_of("name: x\nworkers: 2\ntrain:\n  epochs: 1\n  batch_size: sixty\n"),
+            "job.yaml:5:15: train.batch_size: expected a positive integer, got \"sixty\"");
+  // Flow style: the column points at the value inside the braces.
+  EXPECT_EQ(error_of("train: {epochs: 1, batch_size: sixty}\n"),
+            "job.yaml:1:32: train.batch_size: expected a positive integer, got \"sixty\"");
+  // A quoted number is a string.
+  EXPECT_EQ(error_of("workers: \"2\"\n"),
+            "job.yaml:1:10: workers: expected an integer in [1, 4096], got \"2\"");
+  EXPECT_EQ(error_of("train: {optimizer: {lr: [1]}}"),
+            "job.yaml:1:25: train.optimizer.lr: expected a number > 0, got a list");
+  EXPECT_EQ(error_of("train: {drop_last: 1}"),
+            "job.yaml:1:20: train.drop_last: expected true or false, got 1");
+  EXPECT_EQ(error_of("train: 5\n"), "job.yaml:1:8: train: expected a map of keys, got 5");
+  EXPECT_EQ(error_of("workers:\n"), "job.yaml:1:1: workers: expected an integer in [1, 4096], "
+                                    "got nothing");
+  EXPECT_EQ(error_of("- a\n- b\n"), "job.yaml:1:1: a job file is a map of keys, got a list");
+}
+
+TEST(JobConfigErrors, OutOfRangeValues) {
+  EXPECT_EQ(error_of("workers: 0"), "job.yaml:1:10: workers: expected an integer in [1, 4096], "
+                                    "got 0");
+  EXPECT_EQ(error_of("train:\n  optimizer:\n    momentum: 1.0\n"),
+            "job.yaml:3:15: train.optimizer.momentum: expected a number in [0, 1), got 1.0");
+  EXPECT_EQ(error_of("train: {optimizer: {lr: -0.1}}"),
+            "job.yaml:1:25: train.optimizer.lr: expected a number > 0, got -0.1");
+  EXPECT_EQ(error_of("comm: {timeout_s: .inf}"),
+            "job.yaml:1:19: comm.timeout_s: expected a number of seconds in (0, 86400], got "
+            "\".inf\"");
+  EXPECT_EQ(error_of("checkpoint: {keep: 0}"),
+            "job.yaml:1:20: checkpoint.keep: expected an integer in [1, 1000], got 0");
+  EXPECT_EQ(error_of("data: {name: synthetic, shape: [1, 28]}"),
+            "job.yaml:1:32: data.shape: expected a list of 3 positive integers [channels, height, "
+            "width], got a list of 2");
+  EXPECT_EQ(error_of("data: {name: synthetic, shape: [1, 28, -1]}"),
+            "job.yaml:1:40: data.shape[2]: expected an integer in [1, 4096], got -1");
+  EXPECT_EQ(error_of("model: {name: cnn}\ndata: {name: synthetic, shape: [1, 3, 28]}"),
+            "job.yaml:2:32: data.shape: model cnn needs images of at least 4x4 pixels");
+  EXPECT_EQ(error_of("name: \"my job\""),
+            "job.yaml:1:7: name: expected 1 to 64 letters, digits, '-', '_' or '.', got "
+            "\"my job\"");
+}
+
+TEST(JobConfigErrors, UnknownKeysSuggestTheClosestOne) {
+  EXPECT_EQ(error_of("train:\n  batchsize: 64\n"),
+            "job.yaml:2:3: train.batchsize: unknown key; did you mean 'batch_size'?");
+  EXPECT_EQ(error_of("worker: 2"), "job.yaml:1:1: worker: unknown key; did you mean 'workers'?");
+  // A key that belongs to another section.
+  EXPECT_EQ(error_of("train: {lr: 0.1}"),
+            "job.yaml:1:9: train.lr: unknown key; did you mean 'train.optimizer.lr'?");
+  EXPECT_EQ(error_of("comm: {zzz: 1}"),
+            "job.yaml:1:8: comm.zzz: unknown key; valid keys: algorithm, bucket_mb, timeout_s");
+  EXPECT_EQ(error_of("model: {name: lenet}"),
+            "job.yaml:1:15: model.name: expected one of mlp, cnn, resnet, got \"lenet\"");
+  EXPECT_EQ(error_of("model: {name: resnt}"),
+            "job.yaml:1:15: model.name: expected one of mlp, cnn, resnet, got \"resnt\"; did you "
+            "mean 'resnet'?");
+  EXPECT_EQ(error_of("workers: 1\nworkers: 2\n"), "job.yaml:2:1: workers: duplicate key");
+}
+
+TEST(JobConfigErrors, KeysThatDoNotApply) {
+  EXPECT_EQ(error_of("train: {optimizer: {name: adam, momentum: 0.9}}"),
+            "job.yaml:1:43: train.optimizer.momentum: does not apply when train.optimizer.name "
+            "is adam (only to sgd)");
+  EXPECT_EQ(error_of("train: {optimizer: {betas: [0.9, 0.9]}}"),
+            "job.yaml:1:28: train.optimizer.betas: does not apply when train.optimizer.name is "
+            "sgd (only to adam)");
+  EXPECT_EQ(error_of("data: {samples: 10}"),
+            "job.yaml:1:17: data.samples: does not apply when data.name is fashion-mnist (only "
+            "to synthetic)");
+  EXPECT_EQ(error_of("data: {name: synthetic, path: /tmp}"),
+            "job.yaml:1:31: data.path: does not apply when data.name is synthetic");
+}
+
+TEST(JobConfigErrors, MissingDataPath) {
+  EXPECT_EQ(error_of("data:\n  path: /nonexistent/fmnist\n"),
+            "job.yaml:2:9: data.path: no such directory \"/nonexistent/fmnist\"");
+  // A directory without the files.
+  EXPECT_EQ(error_of("data: {path: /}"),
+            "job.yaml:1:14: data.path: \"/\" has no train-images-idx3-ubyte.gz");
+  // The default path of mnist is named as such when it is missing.
+  if (!fs::exists("/usr/share/datasets/mnist")) {
+    EXPECT_EQ(error_of("data: {name: mnist}"),
+              "job.yaml: data.path: no such directory \"/usr/share/datasets/mnist\" (the default "
+              "for this data.name)");
+  }
+  // The check can be turned off for tools that only read the file.
+  EXPECT_NO_THROW(parse_job_config("data: {path: /nonexistent}", "job.yaml",
+                                   {.overrides = {}, .check_paths = false}));
+}
+
+TEST(JobConfigErrors, SyntaxErrorsAreLocated) {
+  std::string e = error_of("train: {epochs: 1\nworkers: 2\n");
+  EXPECT_EQ(e.rfind("job.yaml:", 0), 0u) << e;
+  EXPECT_NE(e.find("invalid YAML"), std::string::npos) << e;
+  EXPECT_EQ(error_of("a: b: c"), "job.yaml:1:5: invalid YAML: illegal map value");
+}
+
+TEST(JobConfigOverrides, SetScalarsListsAndMaps) {
+  JobConfig c = parse_job_config(
+      "train: {batch_size: 8}\n", "job.yaml",
+      {.overrides = {"train.batch_size=128", "workers=3", "data={name: synthetic, samples: 64}",
+                     "data.shape=[3, 8, 8]", "train.optimizer.lr=0.5", "comm.algorithm=ring"}});
+  EXPECT_EQ(c.train.batch_size, 128);
+  EXPECT_EQ(c.workers, 3);
+  EXPECT_EQ(c.data.name, DatasetKind::Synthetic);
+  EXPECT_EQ(c.data.samples, 64);
+  EXPECT_EQ(c.data.shape, (std::vector<int64_t>{3, 8, 8}));
+  EXPECT_DOUBLE_EQ(c.train.optimizer.lr, 0.5);
+  EXPECT_EQ(c.comm.algorithm, "ring");
+  // Later overrides win.
+  EXPECT_EQ(parse_job_config("", "j", {.overrides = {"workers=2", "workers=5"}}).workers, 5);
+}
+
+TEST(JobConfigOverrides, ErrorsNameTheOverride) {
+  EXPECT_EQ(error_of("", {"train.lr=x"}),
+            "--set train.lr=x: train.lr: unknown key; did you mean 'train.optimizer.lr'?");
+  EXPECT_EQ(error_of("train: {batch_size: 8}", {"train.batch_size=sixty"}),
+            "--set train.batch_size=sixty: train.batch_size: expected a positive integer, got "
+            "\"sixty\"");
+  // An error inside a map the override set.
+  EXPECT_EQ(error_of("", {"train={epochs: 0}"}),
+            "--set train={epochs: 0}: train.epochs: expected a positive integer, got 0");
+  // A section the override created on its way.
+  EXPECT_EQ(error_of("", {"trian.epochs=2"}),
+            "--set trian.epochs=2: trian: unknown key; did you mean 'train'?");
+  EXPECT_EQ(error_of("workers: 2", {"workers"}), "--set workers: expected key.path=value");
+  EXPECT_EQ(error_of("workers: 2", {"workers.x=1"}),
+            "--set workers.x=1: 'workers' is 2, not a map");
+  EXPECT_EQ(error_of("", {"a..b=1"}), "--set a..b=1: 'a..b' is not a key path (names separated "
+                                      "by dots)");
+  EXPECT_NE(error_of("", {"workers=[1"}).find("--set workers=[1: the value is not valid YAML"),
+            std::string::npos);
+  // Errors elsewhere in the file still point into the file.
+  EXPECT_EQ(error_of("train: {epochs: 0}", {"workers=2"}),
+            "job.yaml:1:17: train.epochs: expected a positive integer, got 0");
+}
+
+TEST(YamlReader, EditDistanceAndClosestMatch) {
+  EXPECT_EQ(edit_distance("batchsize", "batch_size"), 1u);
+  EXPECT_EQ(edit_distance("bacth", "batch"), 1u);
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+  EXPECT_EQ(closest_match("epoch", {"epochs", "seed"}), "epochs");
+  EXPECT_EQ(closest_match("xyz", {"epochs", "seed"}), std::nullopt);
+  EXPECT_EQ(closest_match("lr", {"seed", "eps"}), std::nullopt);
+}
+
+}  // namespace
+}  // namespace cohort::train
