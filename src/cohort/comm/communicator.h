@@ -29,7 +29,9 @@ struct CommConfig {
   std::string advertise_host;               // what peers dial; defaults to bind_host
   std::chrono::milliseconds timeout{30000};  // default deadline of a collective and of setup
   size_t chunk_bytes = 1 << 19;             // pipeline segment: reduction of one overlaps the next
-  int socket_buffer_bytes = 4 << 20;
+  int socket_buffer_bytes = 4 << 20;        // SO_SNDBUF/SO_RCVBUF of every data connection
+  // During setup, an accepted connection that has not authenticated within this is dropped.
+  std::chrono::milliseconds handshake_timeout{3000};
   std::string store_prefix = "comm";        // keys this communicator uses in the store
 };
 
@@ -46,6 +48,8 @@ class Communicator {
 
   // Rendezvous through the store, connect to every peer and authenticate. Blocks until all ranks
   // have joined or config.timeout passes (TimeoutError naming the ranks that never joined).
+  // The communicator keeps a reference to the store (it reports failures and stuck collectives
+  // there so that every rank can name the culprit): the store must outlive it.
   static std::unique_ptr<Communicator> create(store::Store& store, const CommConfig& config);
 
   virtual int rank() const = 0;

@@ -1,0 +1,320 @@
+#include "cohort/comm/exchange.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace cohort::comm {
+namespace {
+
+// A send/recv message that arrives before its recv is buffered up to this size.
+constexpr uint64_t kMaxStashBytes = uint64_t{1} << 32;
+
+std::string rank_str(int r) { return "rank " + std::to_string(r); }
+
+[[noreturn]] void lost(int peer, const OpId& id, const std::exception& e) {
+  throw PeerLostError(peer, describe(id.kind, id.seq, id.tag) + ": connection to " +
+                                rank_str(peer) + " lost (" + e.what() + ")");
+}
+
+struct SendState {
+  SendPlan* plan = nullptr;
+  int fd = -1;
+  size_t i = 0;  // segments finished
+  bool active = false;
+  bool blocked = false;
+  WireHeader hdr;
+  Segment seg;
+  size_t off = 0;  // bytes of header + payload sent
+
+  bool done() const { return !plan || i == plan->count; }
+};
+
+struct RecvState {
+  enum Phase { Idle, Header, Payload, Stash };
+  RecvPlan* plan = nullptr;
+  int fd = -1;
+  size_t i = 0;  // segments finished
+  Phase phase = Idle;
+  bool blocked = false;
+  WireHeader hdr;
+  size_t hdr_got = 0;
+  Segment seg;
+  size_t got = 0;
+  StashedMessage stash;
+
+  bool done() const { return !plan || i == plan->count; }
+};
+
+class Engine {
+ public:
+  Engine(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, RecvPlan* recv)
+      : mesh_(mesh), counters_(counters), id_(id) {
+    if (send && send->count > 0) {
+      s_.plan = send;
+      s_.fd = mesh.peer(send->peer).fd();
+    }
+    if (recv && recv->count > 0) {
+      r_.plan = recv;
+      r_.fd = mesh.peer(recv->peer).fd();
+    }
+  }
+
+  void run(Deadline deadline) {
+    for (;;) {
+      bool progress = false;
+      if (!s_.done()) progress |= pump_send();
+      if (!r_.done()) progress |= pump_recv();
+      if (s_.done() && r_.done()) return;
+      if (!progress) wait(deadline);
+    }
+  }
+
+ private:
+  bool send_ready(size_t i) const {
+    size_t lag = s_.plan->lag;
+    return lag == kNoLag || i < lag || r_.i > i - lag;
+  }
+  bool recv_ready(size_t i) const {
+    size_t lag = r_.plan->lag;
+    return lag == kNoLag || i < lag || s_.i > i - lag;
+  }
+
+  bool pump_send() {
+    bool progress = false;
+    SendPlan& p = *s_.plan;
+    for (;;) {
+      if (!s_.active) {
+        while (s_.i < p.count && id_.skip_empty && p.segment(s_.i).bytes == 0) {
+          ++s_.i;
+          progress = true;
+        }
+        if (s_.i == p.count || !send_ready(s_.i)) return progress;
+        s_.seg = p.segment(s_.i);
+        s_.hdr = WireHeader{};
+        s_.hdr.kind = static_cast<uint8_t>(id_.kind);
+        s_.hdr.dtype = static_cast<uint8_t>(id_.dtype);
+        s_.hdr.tag = id_.tag;
+        s_.hdr.seq = id_.seq;
+        s_.hdr.bytes = s_.seg.bytes;
+        s_.off = 0;
+        s_.active = true;
+      }
+      if (s_.blocked) return progress;
+      const size_t total = sizeof(WireHeader) + s_.seg.bytes;
+      iovec iov[2];
+      int n = 0;
+      if (s_.off < sizeof(WireHeader)) {
+        iov[n++] = {reinterpret_cast<uint8_t*>(&s_.hdr) + s_.off, sizeof(WireHeader) - s_.off};
+        if (s_.seg.bytes) iov[n++] = {s_.seg.data, s_.seg.bytes};
+      } else {
+        size_t o = s_.off - sizeof(WireHeader);
+        iov[n++] = {s_.seg.data + o, s_.seg.bytes - o};
+      }
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(n);
+      ssize_t rc = ::sendmsg(s_.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (rc < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          s_.blocked = true;
+          return progress;
+        }
+        int err = errno;
+        if (err == EPIPE || err == ECONNRESET || err == ENOTCONN || err == ETIMEDOUT) {
+          lost(p.peer, id_, std::runtime_error(std::string("send: ") + std::strerror(err)));
+        }
+        throw SystemError("send to " + rank_str(p.peer), err);
+      }
+      counters_.sent.fetch_add(static_cast<uint64_t>(rc), std::memory_order_relaxed);
+      s_.off += static_cast<size_t>(rc);
+      progress = true;
+      if (s_.off < total) {
+        s_.blocked = true;  // a short write means the socket buffer is full
+        return progress;
+      }
+      s_.active = false;
+      ++s_.i;
+    }
+  }
+
+  // Reads into [p, p + n); returns bytes read, 0 when the socket has nothing now.
+  size_t read_some(int peer, void* p, size_t n) {
+    for (;;) {
+      ssize_t rc = ::recv(r_.fd, p, n, MSG_DONTWAIT);
+      if (rc > 0) {
+        counters_.received.fetch_add(static_cast<uint64_t>(rc), std::memory_order_relaxed);
+        if (static_cast<size_t>(rc) < n) r_.blocked = true;  // drained
+        return static_cast<size_t>(rc);
+      }
+      if (rc == 0) lost(peer, id_, std::runtime_error("connection closed by peer"));
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        r_.blocked = true;
+        return 0;
+      }
+      int err = errno;
+      if (err == ECONNRESET || err == ENOTCONN || err == ETIMEDOUT || err == EPIPE) {
+        lost(peer, id_, std::runtime_error(std::string("recv: ") + std::strerror(err)));
+      }
+      throw SystemError("recv from " + rank_str(peer), err);
+    }
+  }
+
+  // Checks a complete header against this operation and picks the next phase.
+  void on_header() {
+    const WireHeader& h = r_.hdr;
+    const int peer = r_.plan->peer;
+    const std::string here = describe(id_.kind, id_.seq, id_.tag);
+    if (h.magic != kDataMagic) {
+      char m[16];
+      std::snprintf(m, sizeof(m), "%08x", h.magic);
+      throw ProtocolError(rank_str(peer) + " sent bytes that are not a Cohort data header (magic 0x" +
+                          m + ") while this rank is in " + here);
+    }
+    const auto kind = static_cast<OpKind>(h.kind);
+    if (kind == OpKind::PointToPoint &&
+        !(id_.kind == OpKind::PointToPoint && h.tag == id_.tag)) {
+      // A message for a recv not issued yet: keep it for that recv.
+      if (h.bytes > kMaxStashBytes) {
+        throw ProtocolError(rank_str(peer) + " sent a message of " + std::to_string(h.bytes) +
+                            " bytes (tag " + std::to_string(h.tag) + ") before its recv was issued");
+      }
+      r_.stash = StashedMessage{h.tag, h.dtype, std::vector<uint8_t>(h.bytes)};
+      r_.got = 0;
+      r_.phase = RecvState::Stash;
+      return;
+    }
+    if (kind != id_.kind || (kind != OpKind::PointToPoint && h.seq != id_.seq)) {
+      throw ProtocolError(rank_str(peer) + " sent " + describe(kind, h.seq, h.tag) +
+                          " but this rank is in " + here);
+    }
+    if (h.dtype != static_cast<uint8_t>(id_.dtype)) {
+      throw ProtocolError(rank_str(peer) + " sent " +
+                          std::string(dtype_name(static_cast<DType>(h.dtype))) + " data in " +
+                          here + " but this rank's buffer is " + std::string(dtype_name(id_.dtype)));
+    }
+    if (h.bytes != r_.seg.bytes) {
+      throw ProtocolError(rank_str(peer) + " sent " + std::to_string(h.bytes) + " bytes in " + here +
+                          " where this rank expected " + std::to_string(r_.seg.bytes) +
+                          " (do all ranks pass the same element counts?)");
+    }
+    r_.got = 0;
+    r_.phase = RecvState::Payload;
+  }
+
+  void finish_segment() {
+    RecvPlan& p = *r_.plan;
+    if (p.on_segment) p.on_segment(r_.i);
+    ++r_.i;
+    r_.phase = RecvState::Idle;
+  }
+
+  bool pump_recv() {
+    bool progress = false;
+    RecvPlan& p = *r_.plan;
+    for (;;) {
+      if (r_.phase == RecvState::Idle) {
+        while (r_.i < p.count && id_.skip_empty && p.segment(r_.i).bytes == 0) {
+          ++r_.i;
+          progress = true;
+        }
+        if (r_.i == p.count || !recv_ready(r_.i)) return progress;
+        r_.seg = p.segment(r_.i);
+        r_.hdr_got = 0;
+        r_.phase = RecvState::Header;
+      }
+      if (r_.blocked) return progress;
+      if (r_.phase == RecvState::Header) {
+        size_t k = read_some(p.peer, reinterpret_cast<uint8_t*>(&r_.hdr) + r_.hdr_got,
+                             sizeof(WireHeader) - r_.hdr_got);
+        if (k == 0) return progress;
+        progress = true;
+        r_.hdr_got += k;
+        if (r_.hdr_got < sizeof(WireHeader)) continue;
+        on_header();
+      }
+      if (r_.phase == RecvState::Payload) {
+        if (r_.got < r_.seg.bytes) {
+          size_t k = read_some(p.peer, r_.seg.data + r_.got, r_.seg.bytes - r_.got);
+          if (k == 0) return progress;
+          progress = true;
+          r_.got += k;
+        }
+        if (r_.got == r_.seg.bytes) finish_segment();
+        continue;
+      }
+      if (r_.phase == RecvState::Stash) {
+        auto& buf = r_.stash.payload;
+        if (r_.got < buf.size()) {
+          size_t k = read_some(p.peer, buf.data() + r_.got, buf.size() - r_.got);
+          if (k == 0) return progress;
+          progress = true;
+          r_.got += k;
+        }
+        if (r_.got == buf.size()) {
+          mesh_.stash(p.peer).push_back(std::move(r_.stash));
+          r_.hdr_got = 0;
+          r_.phase = RecvState::Header;  // the segment we wanted is still to come
+        }
+      }
+    }
+  }
+
+  void wait(Deadline deadline) {
+    pollfd fds[2];
+    nfds_t n = 0;
+    const bool want_out = !s_.done() && s_.active && s_.blocked;
+    const bool want_in = !r_.done() && r_.phase != RecvState::Idle && r_.blocked;
+    if (!want_out && !want_in) {
+      throw Error(describe(id_.kind, id_.seq, id_.tag) +
+                  ": internal error: the schedule waits on itself");
+    }
+    if (want_out) fds[n++] = {s_.fd, POLLOUT, 0};
+    if (want_in) {
+      if (n == 1 && fds[0].fd == r_.fd) {
+        fds[0].events |= POLLIN;
+      } else {
+        fds[n++] = {r_.fd, POLLIN, 0};
+      }
+    }
+    for (;;) {
+      int rc = ::poll(fds, n, deadline.poll_timeout_ms());
+      if (rc > 0) break;
+      if (rc < 0 && errno != EINTR) throw SystemError("poll", errno);
+      if (rc == 0 && deadline.expired()) {
+        if (want_in) {
+          throw StallError(r_.plan->peer, "waiting for data from " + rank_str(r_.plan->peer));
+        }
+        throw StallError(s_.plan->peer,
+                         "waiting for " + rank_str(s_.plan->peer) + " to take this rank's data");
+      }
+    }
+    for (nfds_t k = 0; k < n; ++k) {
+      const short ev = fds[k].revents;
+      if (ev == 0) continue;
+      if (fds[k].fd == r_.fd && (ev & (POLLIN | POLLHUP | POLLERR))) r_.blocked = false;
+      if (fds[k].fd == s_.fd && (ev & (POLLOUT | POLLHUP | POLLERR))) s_.blocked = false;
+    }
+  }
+
+  Mesh& mesh_;
+  Counters& counters_;
+  const OpId& id_;
+  SendState s_;
+  RecvState r_;
+};
+
+}  // namespace
+
+void exchange(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, RecvPlan* recv,
+              Deadline deadline) {
+  Engine(mesh, counters, id, send, recv).run(deadline);
+}
+
+}  // namespace cohort::comm

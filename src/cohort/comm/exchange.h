@@ -1,0 +1,85 @@
+// The data engine under every algorithm: moves a sequence of segments to one peer while receiving
+// a sequence of segments from another (or the same) peer, full duplex, on non-blocking sockets
+// driven by poll(2). Each segment goes on the wire as a WireHeader plus its payload (one sendmsg),
+// and the receiver checks the header before the payload lands anywhere.
+//
+// Pipelining: the send of segment i may be gated on the receipt of segment i - send_lag (a ring
+// forwards what it just reduced), and the receipt of segment i on the send of segment
+// i - recv_lag (so a buffer is not overwritten while it is still being sent). on_segment runs as
+// soon as a segment has arrived, while the kernel keeps moving the next ones through the socket
+// buffers: that is where reductions overlap the transfers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "cohort/base/clock.h"
+#include "cohort/base/dtype.h"
+#include "cohort/base/error.h"
+#include "cohort/comm/mesh.h"
+#include "cohort/comm/wire.h"
+
+namespace cohort::comm {
+
+inline constexpr size_t kNoLag = std::numeric_limits<size_t>::max();
+
+struct Segment {
+  uint8_t* data = nullptr;
+  size_t bytes = 0;
+};
+
+struct SendPlan {
+  int peer = -1;
+  size_t count = 0;                       // number of segments
+  std::function<Segment(size_t)> segment = {};  // the bytes of segment i
+  size_t lag = kNoLag;                    // segment i waits for received segment i - lag
+};
+
+struct RecvPlan {
+  int peer = -1;
+  size_t count = 0;
+  std::function<Segment(size_t)> segment = {};  // where segment i lands (must have its exact size)
+  std::function<void(size_t)> on_segment = {};  // after segment i has arrived (may be empty)
+  size_t lag = kNoLag;                       // segment i waits for sent segment i - lag
+};
+
+// What the headers of this operation must say.
+struct OpId {
+  OpKind kind = OpKind::Allreduce;
+  uint64_t seq = 0;
+  DType dtype = DType::F32;
+  uint32_t tag = 0;  // send/recv only
+  // Collectives skip empty segments (both sides know they are empty); a send/recv message is
+  // always transmitted, even when empty.
+  bool skip_empty = true;
+};
+
+// Byte counters shared with the communicator's stats().
+struct Counters {
+  std::atomic<uint64_t> sent{0};
+  std::atomic<uint64_t> received{0};
+};
+
+// The deadline passed while this rank waited for `peer`.
+class StallError : public TimeoutError {
+ public:
+  StallError(int peer, std::string waiting_for)
+      : TimeoutError(waiting_for), peer_(peer), waiting_for_(std::move(waiting_for)) {}
+  int peer() const { return peer_; }
+  const std::string& waiting_for() const { return waiting_for_; }
+
+ private:
+  int peer_;
+  std::string waiting_for_;
+};
+
+// Runs both plans to completion (either may be null). Throws StallError at the deadline,
+// PeerLostError naming the peer whose connection failed, ProtocolError on a header that does not
+// match `id`.
+void exchange(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, RecvPlan* recv,
+              Deadline deadline);
+
+}  // namespace cohort::comm

@@ -1,0 +1,72 @@
+// Mesh: one authenticated TCP connection to every other rank, set up through the store.
+//
+// Rendezvous: every rank listens on bind_host:0 and publishes "host:port" under
+// "<prefix>/addr/<rank>". Rank i dials every rank j < i and accepts every rank j > i, so each pair
+// has exactly one connection. Both ends prove the job token (net::handshake_*) and state their
+// rank and world size, which the other end checks: a wrong size, an unexpected rank or a second
+// connection from the same rank is rejected.
+//
+// While accepting, anything that is not a well-behaved peer (garbage, a wrong token, a connection
+// that says nothing) costs one log line and is closed; accepting goes on. Pending connections are
+// bounded in number and each has a short handshake deadline, so no client can make setup crash,
+// hang past its deadline, or hold unbounded memory.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "cohort/net/socket.h"
+#include "cohort/store/store.h"
+
+namespace cohort::comm {
+
+struct MeshOptions {
+  int rank = 0;
+  int size = 1;
+  std::string token;
+  std::string bind_host = "127.0.0.1";
+  std::string advertise_host;  // defaults to bind_host
+  std::string prefix = "comm";
+  std::chrono::milliseconds timeout{30000};
+  int socket_buffer_bytes = 4 << 20;
+  // How long an accepted connection may take to complete its handshake.
+  std::chrono::milliseconds handshake_timeout{3000};
+};
+
+// A send/recv message that arrived before the matching recv was issued.
+struct StashedMessage {
+  uint32_t tag = 0;
+  uint8_t dtype = 0;
+  std::vector<uint8_t> payload;
+};
+
+class Mesh {
+ public:
+  // Blocks until connected to every peer; TimeoutError names the ranks that never connected.
+  static Mesh connect(store::Store& store, const MeshOptions& opts);
+  // A single rank: no sockets at all.
+  Mesh() = default;
+  Mesh(Mesh&&) = default;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Non-blocking, TCP_NODELAY socket to peer (peer != rank()).
+  net::Socket& peer(int r) { return peers_[static_cast<size_t>(r)]; }
+  std::deque<StashedMessage>& stash(int r) { return stash_[static_cast<size_t>(r)]; }
+
+  // Shuts every connection down (both directions) without closing the descriptors, so a thread
+  // blocked in poll on one of them wakes up. Safe to call from any thread, more than once.
+  void shutdown_all();
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+  std::vector<net::Socket> peers_;
+  std::vector<std::deque<StashedMessage>> stash_;
+};
+
+}  // namespace cohort::comm

@@ -1,0 +1,210 @@
+// The loops below are written so that GCC vectorises them at -O3. Each public kernel is compiled
+// twice (target_clones): once for AVX2 and once for the baseline ISA, and the dynamic loader picks
+// the AVX2 clone on CPUs that have it, so the binary runs everywhere without requiring AVX2.
+// f16 uses the F16C conversion instructions when present (checked once at run time) and the
+// portable scalar conversions of half.h otherwise; bf16 conversions are integer shifts that
+// vectorise on their own.
+#include "cohort/comm/reduce.h"
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "cohort/base/error.h"
+#include "cohort/comm/half.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define COHORT_X86 1
+#define COHORT_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define COHORT_X86 0
+#define COHORT_CLONES
+#endif
+
+namespace cohort::comm {
+namespace {
+
+#define COHORT_INLINE inline __attribute__((always_inline))
+
+struct Sum {
+  template <typename T>
+  static COHORT_INLINE T apply(T x, T y) { return x + y; }
+};
+struct Max {
+  template <typename T>
+  static COHORT_INLINE T apply(T x, T y) { return x < y ? y : x; }
+};
+struct Min {
+  template <typename T>
+  static COHORT_INLINE T apply(T x, T y) { return y < x ? y : x; }
+};
+
+template <typename T, typename Op>
+COHORT_INLINE void loop(T* dst, const T* a, const T* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = Op::apply(a[i], b[i]);
+}
+
+// Integer sums go through the unsigned type: wrap-around is defined there.
+template <typename S, typename U>
+COHORT_INLINE void int_sum(void* dst, const void* a, const void* b, size_t n) {
+  static_assert(sizeof(S) == sizeof(U));
+  loop<U, Sum>(static_cast<U*>(dst), static_cast<const U*>(a), static_cast<const U*>(b), n);
+}
+
+template <typename Op>
+COHORT_INLINE void bf16_loop(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    dst[i] = f32_to_bf16(Op::apply(bf16_to_f32(a[i]), bf16_to_f32(b[i])));
+  }
+}
+
+template <typename Op>
+COHORT_INLINE void f16_loop_portable(uint16_t* dst, const uint16_t* a, const uint16_t* b,
+                                     size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    dst[i] = f32_to_f16(Op::apply(f16_to_f32(a[i]), f16_to_f32(b[i])));
+  }
+}
+
+// One non-template function per (type, op) so target_clones applies to each.
+#define COHORT_KERNEL(name, T, OP)                                                    \
+  COHORT_CLONES void name(void* d, const void* a, const void* b, size_t n) {          \
+    loop<T, OP>(static_cast<T*>(d), static_cast<const T*>(a), static_cast<const T*>(b), n); \
+  }
+COHORT_KERNEL(sum_f32, float, Sum)
+COHORT_KERNEL(max_f32, float, Max)
+COHORT_KERNEL(min_f32, float, Min)
+COHORT_KERNEL(sum_f64, double, Sum)
+COHORT_KERNEL(max_f64, double, Max)
+COHORT_KERNEL(min_f64, double, Min)
+COHORT_KERNEL(max_i32, int32_t, Max)
+COHORT_KERNEL(min_i32, int32_t, Min)
+COHORT_KERNEL(max_i64, int64_t, Max)
+COHORT_KERNEL(min_i64, int64_t, Min)
+#undef COHORT_KERNEL
+
+COHORT_CLONES void sum_i32(void* d, const void* a, const void* b, size_t n) {
+  int_sum<int32_t, uint32_t>(d, a, b, n);
+}
+COHORT_CLONES void sum_i64(void* d, const void* a, const void* b, size_t n) {
+  int_sum<int64_t, uint64_t>(d, a, b, n);
+}
+
+#define COHORT_BF16_KERNEL(name, OP)                                        \
+  COHORT_CLONES void name(void* d, const void* a, const void* b, size_t n) { \
+    bf16_loop<OP>(static_cast<uint16_t*>(d), static_cast<const uint16_t*>(a), \
+                  static_cast<const uint16_t*>(b), n);                        \
+  }
+COHORT_BF16_KERNEL(sum_bf16, Sum)
+COHORT_BF16_KERNEL(max_bf16, Max)
+COHORT_BF16_KERNEL(min_bf16, Min)
+#undef COHORT_BF16_KERNEL
+
+#if COHORT_X86
+// 8 halves at a time through F16C; the tail goes through the same instructions on a padded copy
+// so that every element is rounded identically.
+template <typename Op>
+__attribute__((target("avx2,f16c"))) void f16_loop_f16c(uint16_t* dst, const uint16_t* a,
+                                                        const uint16_t* b, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+    __m256 y = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
+    __m256 r;
+    if constexpr (std::is_same_v<Op, Sum>) {
+      r = _mm256_add_ps(x, y);
+    } else if constexpr (std::is_same_v<Op, Max>) {
+      r = _mm256_max_ps(y, x);  // x < y ? y : x, like Max::apply
+    } else {
+      r = _mm256_min_ps(y, x);
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  if (i < n) {
+    uint16_t ta[8] = {}, tb[8] = {}, td[8];
+    std::memcpy(ta, a + i, (n - i) * 2);
+    std::memcpy(tb, b + i, (n - i) * 2);
+    f16_loop_f16c<Op>(td, ta, tb, 8);
+    std::memcpy(dst + i, td, (n - i) * 2);
+  }
+}
+
+bool have_f16c() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return ok;
+}
+#endif
+
+template <typename Op>
+void f16_kernel(void* d, const void* a, const void* b, size_t n) {
+  auto* dst = static_cast<uint16_t*>(d);
+  const auto* x = static_cast<const uint16_t*>(a);
+  const auto* y = static_cast<const uint16_t*>(b);
+#if COHORT_X86
+  if (have_f16c()) return f16_loop_f16c<Op>(dst, x, y, n);
+#endif
+  f16_loop_portable<Op>(dst, x, y, n);
+}
+
+using Kernel = void (*)(void*, const void*, const void*, size_t);
+
+Kernel pick(DType dt, ReduceOp op) {
+  const int o = op == ReduceOp::Max ? 1 : op == ReduceOp::Min ? 2 : 0;  // Avg reduces as Sum
+  switch (dt) {
+    case DType::F32: return o == 0 ? sum_f32 : o == 1 ? max_f32 : min_f32;
+    case DType::F64: return o == 0 ? sum_f64 : o == 1 ? max_f64 : min_f64;
+    case DType::I32: return o == 0 ? sum_i32 : o == 1 ? max_i32 : min_i32;
+    case DType::I64: return o == 0 ? sum_i64 : o == 1 ? max_i64 : min_i64;
+    case DType::BF16: return o == 0 ? sum_bf16 : o == 1 ? max_bf16 : min_bf16;
+    case DType::F16: return o == 0 ? f16_kernel<Sum> : o == 1 ? f16_kernel<Max> : f16_kernel<Min>;
+  }
+  throw Error("reduce: unknown dtype " + std::to_string(static_cast<int>(dt)));
+}
+
+template <typename T>
+COHORT_INLINE void div_loop(T* p, size_t n, T d) {
+  for (size_t i = 0; i < n; ++i) p[i] = p[i] / d;
+}
+
+COHORT_CLONES void div_f32(void* p, size_t n, int d) {
+  div_loop(static_cast<float*>(p), n, static_cast<float>(d));
+}
+COHORT_CLONES void div_f64(void* p, size_t n, int d) {
+  div_loop(static_cast<double*>(p), n, static_cast<double>(d));
+}
+void div_i32(void* p, size_t n, int d) { div_loop(static_cast<int32_t*>(p), n, int32_t{d}); }
+void div_i64(void* p, size_t n, int d) { div_loop(static_cast<int64_t*>(p), n, int64_t{d}); }
+COHORT_CLONES void div_bf16(void* p, size_t n, int d) {
+  auto* h = static_cast<uint16_t*>(p);
+  const float df = static_cast<float>(d);
+  for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(bf16_to_f32(h[i]) / df);
+}
+void div_f16(void* p, size_t n, int d) {
+  auto* h = static_cast<uint16_t*>(p);
+  const float df = static_cast<float>(d);
+  for (size_t i = 0; i < n; ++i) h[i] = f32_to_f16(f16_to_f32(h[i]) / df);
+}
+
+}  // namespace
+
+void reduce(DType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count) {
+  if (count == 0) return;
+  pick(dtype, op)(dst, a, b, count);
+}
+
+void divide(DType dtype, void* data, size_t count, int divisor) {
+  if (count == 0 || divisor == 1) return;
+  if (divisor == 0) throw Error("divide: divisor is zero");
+  switch (dtype) {
+    case DType::F32: return div_f32(data, count, divisor);
+    case DType::F64: return div_f64(data, count, divisor);
+    case DType::F16: return div_f16(data, count, divisor);
+    case DType::BF16: return div_bf16(data, count, divisor);
+    case DType::I32: return div_i32(data, count, divisor);
+    case DType::I64: return div_i64(data, count, divisor);
+  }
+}
+
+}  // namespace cohort::comm

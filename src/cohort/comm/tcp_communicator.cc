@@ -1,0 +1,399 @@
+#include "cohort/comm/tcp_communicator.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "cohort/base/error.h"
+
+namespace cohort::comm {
+namespace {
+
+// How long a rank that lost a peer waits for that peer's failure record before naming the peer
+// itself (a killed process never writes one).
+constexpr Millis kFailureRecordWait{200};
+
+std::string join(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+// Failure records in the store: "<culprit rank>\n<message>".
+std::string encode_record(int culprit, const std::string& what) {
+  return std::to_string(culprit) + "\n" + what;
+}
+bool decode_record(const std::string& s, int* culprit, std::string* what) {
+  auto nl = s.find('\n');
+  if (nl == std::string::npos) return false;
+  try {
+    *culprit = std::stoi(s.substr(0, nl));
+  } catch (const std::exception&) {
+    return false;
+  }
+  *what = s.substr(nl + 1);
+  return true;
+}
+
+void check_buffer(const char* op, const Buffer& b) {
+  if (b.count > 0 && b.data == nullptr) {
+    throw ConfigError(std::string(op) + ": buffer of " + std::to_string(b.count) +
+                      " elements has a null data pointer");
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> Communicator::create(store::Store& store, const CommConfig& config) {
+  if (config.chunk_bytes == 0) throw ConfigError("communicator: chunk_bytes must be positive");
+  Mesh mesh = Mesh::connect(store, MeshOptions{.rank = config.rank,
+                                               .size = config.size,
+                                               .token = config.token,
+                                               .bind_host = config.bind_host,
+                                               .advertise_host = config.advertise_host,
+                                               .prefix = config.store_prefix,
+                                               .timeout = config.timeout,
+                                               .socket_buffer_bytes = config.socket_buffer_bytes,
+                                               .handshake_timeout = config.handshake_timeout});
+  return std::make_unique<TcpCommunicator>(store, config, std::move(mesh));
+}
+
+TcpCommunicator::TcpCommunicator(store::Store& store, const CommConfig& config, Mesh mesh)
+    : store_(store), config_(config), mesh_(std::move(mesh)) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+TcpCommunicator::~TcpCommunicator() {
+  bool busy;
+  {
+    std::lock_guard lk(mu_);
+    busy = in_flight_ || !queue_.empty();
+  }
+  if (busy) abort("communicator destroyed");
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+std::string TcpCommunicator::what_of(const Op& op) const {
+  if (op.id.kind == OpKind::PointToPoint) return op.work->name();
+  return describe(op.id.kind, op.id.seq);
+}
+
+std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype,
+                                               std::chrono::milliseconds timeout,
+                                               std::function<void(OpContext&)> body, uint32_t tag,
+                                               int peer, const std::string& p2p_name) {
+  Op op;
+  op.id = OpId{.kind = kind, .seq = 0, .dtype = dtype, .tag = tag,
+               .skip_empty = kind != OpKind::PointToPoint};
+  op.peer = peer;
+  op.timeout = timeout.count() > 0 ? timeout : config_.timeout;
+  op.body = std::move(body);
+  std::exception_ptr fatal;
+  {
+    std::lock_guard lk(mu_);
+    if (kind == OpKind::PointToPoint) {
+      op.work = std::make_shared<Work>(p2p_name, next_p2p_++);
+    } else {
+      op.id.seq = next_seq_++;
+      op.work = std::make_shared<Work>(std::string(op_kind_name(kind)), op.id.seq);
+    }
+    fatal = fatal_;
+    if (!fatal) queue_.push_back(op);
+  }
+  if (fatal) {
+    op.work->fail(fatal);
+    return op.work;
+  }
+  cv_.notify_one();
+  return op.work;
+}
+
+std::shared_ptr<Work> TcpCommunicator::allreduce(Buffer buf, const AllreduceOptions& opts) {
+  check_buffer("allreduce", buf);
+  Algorithm algo = opts.algorithm;
+  if (algo == Algorithm::Auto) algo = choose_allreduce(buf.bytes(), size());
+  const ReduceOp op = opts.op;
+  return enqueue(OpKind::Allreduce, buf.dtype, opts.timeout, [buf, algo, op](OpContext& ctx) {
+    if (algo == Algorithm::HalvingDoubling) {
+      allreduce_halving_doubling(ctx, buf, op);
+    } else {
+      allreduce_ring(ctx, buf, op);
+    }
+  });
+}
+
+std::shared_ptr<Work> TcpCommunicator::reduce_scatter(Buffer in, Buffer out,
+                                                      const ReduceScatterOptions& opts) {
+  check_buffer("reduce_scatter", in);
+  check_buffer("reduce_scatter", out);
+  if (in.dtype != out.dtype || in.count != out.count * static_cast<size_t>(size())) {
+    throw ConfigError("reduce_scatter: in must hold size() * out.count elements of out's type (in: " +
+                      std::to_string(in.count) + " " + std::string(dtype_name(in.dtype)) +
+                      ", out: " + std::to_string(out.count) + " " +
+                      std::string(dtype_name(out.dtype)) + ", size " + std::to_string(size()) + ")");
+  }
+  const ReduceOp op = opts.op;
+  return enqueue(OpKind::ReduceScatter, in.dtype, opts.timeout,
+                 [in, out, op](OpContext& ctx) { reduce_scatter_ring(ctx, in, out, op); });
+}
+
+std::shared_ptr<Work> TcpCommunicator::allgather(Buffer in, Buffer out,
+                                                 const CollectiveOptions& opts) {
+  check_buffer("allgather", in);
+  check_buffer("allgather", out);
+  if (in.dtype != out.dtype || out.count != in.count * static_cast<size_t>(size())) {
+    throw ConfigError("allgather: out must hold size() * in.count elements of in's type (in: " +
+                      std::to_string(in.count) + " " + std::string(dtype_name(in.dtype)) +
+                      ", out: " + std::to_string(out.count) + " " +
+                      std::string(dtype_name(out.dtype)) + ", size " + std::to_string(size()) + ")");
+  }
+  return enqueue(OpKind::Allgather, in.dtype, opts.timeout,
+                 [in, out](OpContext& ctx) { allgather_ring(ctx, in, out); });
+}
+
+std::shared_ptr<Work> TcpCommunicator::broadcast(Buffer buf, const BroadcastOptions& opts) {
+  check_buffer("broadcast", buf);
+  if (opts.root < 0 || opts.root >= size()) {
+    throw ConfigError("broadcast: root " + std::to_string(opts.root) + " is not a rank of a world of " +
+                      std::to_string(size()));
+  }
+  const int root = opts.root;
+  return enqueue(OpKind::Broadcast, buf.dtype, opts.timeout,
+                 [buf, root](OpContext& ctx) { comm::broadcast(ctx, buf, root); });
+}
+
+std::shared_ptr<Work> TcpCommunicator::barrier(const CollectiveOptions& opts) {
+  return enqueue(OpKind::Barrier, DType::I64, opts.timeout,
+                 [](OpContext& ctx) { comm::barrier(ctx); });
+}
+
+std::shared_ptr<Work> TcpCommunicator::send(Buffer buf, int dst, const PointToPointOptions& opts) {
+  check_buffer("send", buf);
+  if (dst < 0 || dst >= size() || dst == rank()) {
+    throw ConfigError("send: rank " + std::to_string(rank()) + " cannot send to rank " +
+                      std::to_string(dst) + " in a world of " + std::to_string(size()));
+  }
+  return enqueue(OpKind::PointToPoint, buf.dtype, opts.timeout,
+                 [buf, dst](OpContext& ctx) { send_message(ctx, buf, dst); }, opts.tag, dst,
+                 "send to rank " + std::to_string(dst) + " (tag " + std::to_string(opts.tag) + ")");
+}
+
+std::shared_ptr<Work> TcpCommunicator::recv(Buffer buf, int src, const PointToPointOptions& opts) {
+  check_buffer("recv", buf);
+  if (src < 0 || src >= size() || src == rank()) {
+    throw ConfigError("recv: rank " + std::to_string(rank()) + " cannot receive from rank " +
+                      std::to_string(src) + " in a world of " + std::to_string(size()));
+  }
+  return enqueue(OpKind::PointToPoint, buf.dtype, opts.timeout,
+                 [buf, src](OpContext& ctx) { recv_message(ctx, buf, src); }, opts.tag, src,
+                 "recv from rank " + std::to_string(src) + " (tag " + std::to_string(opts.tag) + ")");
+}
+
+void TcpCommunicator::abort(const std::string& reason) {
+  std::deque<Op> pending;
+  {
+    std::lock_guard lk(mu_);
+    if (aborted_) return;
+    aborted_ = true;
+    abort_reason_ = reason;
+    if (!fatal_) {
+      fatal_ = std::make_exception_ptr(
+          AbortedError("communicator of rank " + std::to_string(rank()) + " aborted: " + reason));
+    }
+    pending.swap(queue_);
+  }
+  // Wakes the communication thread if it is blocked on a socket; it then fails its operation.
+  mesh_.shutdown_all();
+  for (auto& op : pending) {
+    op.work->fail(std::make_exception_ptr(AbortedError(what_of(op) + " aborted: " + reason)));
+  }
+  cv_.notify_all();
+}
+
+CommStats TcpCommunicator::stats() const {
+  return CommStats{.bytes_sent = counters_.sent.load(std::memory_order_relaxed),
+                   .bytes_received = counters_.received.load(std::memory_order_relaxed),
+                   .collectives = collectives_.load(std::memory_order_relaxed)};
+}
+
+void TcpCommunicator::loop() {
+  for (;;) {
+    Op op;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ and nothing left
+      op = std::move(queue_.front());
+      queue_.pop_front();
+      in_flight_ = true;
+    }
+    execute(op);
+    std::lock_guard lk(mu_);
+    in_flight_ = false;
+  }
+}
+
+void TcpCommunicator::execute(Op& op) {
+  {
+    std::lock_guard lk(mu_);
+    if (fatal_) {
+      op.work->fail(fatal_);
+      return;
+    }
+  }
+  OpContext ctx{.mesh = mesh_,
+                .counters = counters_,
+                .id = op.id,
+                .deadline = Deadline::after(op.timeout),
+                .chunk_bytes = config_.chunk_bytes,
+                .scratch = scratch_};
+  try {
+    op.body(ctx);
+  } catch (...) {
+    op.work->fail(fail(op, std::current_exception()));
+    return;
+  }
+  if (op.id.kind != OpKind::PointToPoint) collectives_.fetch_add(1, std::memory_order_relaxed);
+  op.work->finish();
+}
+
+std::exception_ptr TcpCommunicator::fail(const Op& op, std::exception_ptr raw) {
+  std::exception_ptr err;
+  int culprit = rank();
+  bool aborted;
+  std::string reason;
+  {
+    std::lock_guard lk(mu_);
+    aborted = aborted_;
+    reason = abort_reason_;
+  }
+  if (aborted) {
+    err = std::make_exception_ptr(AbortedError(what_of(op) + " aborted: " + reason));
+  } else {
+    try {
+      std::rethrow_exception(raw);
+    } catch (const StallError& e) {
+      err = timed_out(op, e);
+    } catch (const PeerLostError& e) {
+      err = peer_lost(op, e);
+    } catch (const ProtocolError& e) {
+      err = std::make_exception_ptr(ProtocolError(what_of(op) + " failed on rank " +
+                                                  std::to_string(rank()) + ": " + e.what()));
+    } catch (...) {
+      err = raw;
+    }
+    try {
+      std::rethrow_exception(err);
+    } catch (const PeerLostError& e) {
+      culprit = e.rank();
+    } catch (const CollectiveTimeoutError& e) {
+      if (!e.missing_ranks().empty()) culprit = e.missing_ranks().front();
+    } catch (...) {
+    }
+  }
+
+  std::string what;
+  try {
+    std::rethrow_exception(err);
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+    what = "unknown error";
+  }
+  spdlog::error("rank {}: {}", rank(), what);
+
+  std::deque<Op> pending;
+  {
+    std::lock_guard lk(mu_);
+    if (!fatal_) fatal_ = err;
+    pending.swap(queue_);
+  }
+  // Tell the others before cutting the connections, so that a rank that sees the connection drop
+  // can already read who failed first.
+  if (!aborted && mesh_.size() > 1) {
+    try {
+      store_.set(key("failed/" + std::to_string(rank())), store::to_bytes(encode_record(culprit, what)));
+    } catch (const std::exception& e) {
+      spdlog::warn("rank {}: could not record the failure in the store: {}", rank(), e.what());
+    }
+  }
+  mesh_.shutdown_all();
+  for (auto& p : pending) p.work->fail(err);
+  return err;
+}
+
+std::exception_ptr TcpCommunicator::timed_out(const Op& op, const StallError& stall) {
+  const std::string what = what_of(op);
+  const std::string head = what + " timed out after " + std::to_string(op.timeout.count()) +
+                           " ms on rank " + std::to_string(rank()) + " (" + stall.waiting_for() +
+                           ")";
+  std::vector<int> missing;
+  if (op.id.kind != OpKind::PointToPoint && mesh_.size() > 2) {
+    // Every rank that times out in this collective says so in the store. A rank that is stopped,
+    // hung or never called the collective cannot, so the ranks missing after a grace period are
+    // the real culprits, not the neighbour this rank happened to be waiting on.
+    const std::string base = key("stuck/" + std::to_string(op.id.seq) + "/");
+    try {
+      store_.set(base + std::to_string(rank()), store::to_bytes(stall.waiting_for()));
+      const auto grace = std::min<Millis>(Millis(2000), op.timeout / 4);
+      std::vector<std::string> others;
+      for (int r = 0; r < size(); ++r) {
+        if (r != rank()) others.push_back(base + std::to_string(r));
+      }
+      try {
+        store_.wait(others, grace);
+      } catch (const TimeoutError&) {
+        for (int r = 0; r < size(); ++r) {
+          if (r != rank() && !store_.check({base + std::to_string(r)})) missing.push_back(r);
+        }
+      }
+    } catch (const std::exception& e) {
+      spdlog::warn("rank {}: store unavailable while diagnosing the timeout of {}: {}", rank(),
+                   what, e.what());
+      missing.clear();
+    }
+  }
+  std::string msg;
+  if (missing.empty()) {
+    missing.push_back(stall.peer());
+    msg = head + "; not heard from rank " + std::to_string(stall.peer());
+  } else {
+    msg = head + "; ranks not heard from: " + join(missing) +
+          " (they did not report being stuck in this collective: stopped, hung, or never called it)";
+  }
+  return std::make_exception_ptr(
+      CollectiveTimeoutError(std::string(op_kind_name(op.id.kind)), op.id.seq, missing, msg));
+}
+
+std::exception_ptr TcpCommunicator::peer_lost(const Op& op, const PeerLostError& lost) {
+  const int peer = lost.rank();
+  const std::string what = what_of(op);
+  if (peer < 0 || peer >= size()) return std::make_exception_ptr(lost);
+  // If the peer failed on its own and said why, the culprit is the rank it names.
+  const std::string rec_key = key("failed/" + std::to_string(peer));
+  try {
+    store_.wait({rec_key}, kFailureRecordWait);
+    int culprit;
+    std::string cause;
+    if (decode_record(store::to_string(store_.get(rec_key)), &culprit, &cause)) {
+      std::string msg = what + " failed on rank " + std::to_string(rank()) + ": rank " +
+                        std::to_string(peer) + " closed its connections after a failure";
+      if (culprit != peer) msg += " of rank " + std::to_string(culprit);
+      msg += " (rank " + std::to_string(peer) + " reported: " + cause + ")";
+      return std::make_exception_ptr(PeerLostError(culprit, msg));
+    }
+  } catch (const std::exception&) {
+    // No record: the peer died without a word (killed, crashed, or its host went away).
+  }
+  return std::make_exception_ptr(
+      PeerLostError(peer, std::string(lost.what()) + " on rank " + std::to_string(rank()) +
+                              "; rank " + std::to_string(peer) +
+                              " left without reporting a failure (killed, crashed or destroyed)"));
+}
+
+}  // namespace cohort::comm

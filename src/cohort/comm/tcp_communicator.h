@@ -1,0 +1,80 @@
+// The TCP communicator: a Mesh of connections plus one communication thread that runs queued
+// operations in issue order, and the failure handling around them (timeouts that name the stuck
+// ranks, fail-fast on a lost peer, abort).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "cohort/comm/algorithms.h"
+#include "cohort/comm/communicator.h"
+#include "cohort/comm/mesh.h"
+
+namespace cohort::comm {
+
+class TcpCommunicator final : public Communicator {
+ public:
+  TcpCommunicator(store::Store& store, const CommConfig& config, Mesh mesh);
+  ~TcpCommunicator() override;
+
+  int rank() const override { return config_.rank; }
+  int size() const override { return config_.size; }
+  std::shared_ptr<Work> allreduce(Buffer buf, const AllreduceOptions& opts) override;
+  std::shared_ptr<Work> reduce_scatter(Buffer in, Buffer out,
+                                       const ReduceScatterOptions& opts) override;
+  std::shared_ptr<Work> allgather(Buffer in, Buffer out, const CollectiveOptions& opts) override;
+  std::shared_ptr<Work> broadcast(Buffer buf, const BroadcastOptions& opts) override;
+  std::shared_ptr<Work> barrier(const CollectiveOptions& opts) override;
+  std::shared_ptr<Work> send(Buffer buf, int dst, const PointToPointOptions& opts) override;
+  std::shared_ptr<Work> recv(Buffer buf, int src, const PointToPointOptions& opts) override;
+  void abort(const std::string& reason) override;
+  CommStats stats() const override;
+
+ private:
+  struct Op {
+    std::shared_ptr<Work> work;
+    OpId id;
+    int peer = -1;  // send/recv only
+    std::chrono::milliseconds timeout{0};
+    std::function<void(OpContext&)> body;
+  };
+
+  std::shared_ptr<Work> enqueue(OpKind kind, DType dtype, std::chrono::milliseconds timeout,
+                                std::function<void(OpContext&)> body, uint32_t tag = 0,
+                                int peer = -1, const std::string& p2p_name = "");
+  void loop();
+  void execute(Op& op);
+  // Turns the raw error of a failed operation into the error the user sees, and makes the
+  // communicator fail-stop: records it for every later operation, tells the other ranks through
+  // the store, and shuts every connection down so that they fail fast too.
+  std::exception_ptr fail(const Op& op, std::exception_ptr raw);
+  std::exception_ptr timed_out(const Op& op, const StallError& stall);
+  std::exception_ptr peer_lost(const Op& op, const PeerLostError& lost);
+  std::string what_of(const Op& op) const;
+  std::string key(const std::string& suffix) const { return config_.store_prefix + "/" + suffix; }
+
+  store::Store& store_;
+  const CommConfig config_;
+  Mesh mesh_;
+  Counters counters_;
+  std::vector<uint8_t> scratch_;  // communication thread only
+  std::atomic<uint64_t> collectives_{0};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Op> queue_;
+  bool stop_ = false;
+  bool in_flight_ = false;
+  bool aborted_ = false;
+  std::string abort_reason_;
+  std::exception_ptr fatal_;  // set once: every later operation fails with it
+  uint64_t next_seq_ = 1;
+  uint64_t next_p2p_ = 1;
+  std::thread thread_;
+};
+
+}  // namespace cohort::comm

@@ -1,0 +1,187 @@
+// reduce_scatter, allgather, broadcast, barrier and send/recv on several world sizes.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "cohort/comm/communicator.h"
+#include "data.h"
+#include "world.h"
+
+namespace cohort::comm {
+namespace {
+
+using testing::World;
+
+class Collectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(Collectives, ReduceScatter) {
+  const int n = GetParam();
+  World world(n);
+  world.run([&](int r, Communicator& comm) {
+    for (size_t m : {size_t{0}, size_t{1}, size_t{7}, size_t{300}}) {
+      for (DType dt : kAllDTypes) {
+        for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min}) {
+          auto in = testing::make_input(dt, r, m * static_cast<size_t>(n));
+          const auto before = in;
+          std::vector<uint8_t> out(m * dtype_size(dt) + 1);
+          comm.reduce_scatter(Buffer{dt, in.data(), m * n}, Buffer{dt, out.data(), m}, {.op = op})
+              ->wait();
+          ASSERT_TRUE(testing::matches_reduction(dt, op, n, out.data(), m, m * r))
+              << "rank " << r << " m=" << m;
+          ASSERT_EQ(in, before) << "reduce_scatter must not modify its input";
+        }
+      }
+    }
+  });
+}
+
+TEST_P(Collectives, Allgather) {
+  const int n = GetParam();
+  World world(n);
+  world.run([&](int r, Communicator& comm) {
+    for (size_t m : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}}) {
+      for (DType dt : {DType::F16, DType::I64}) {
+        auto in = testing::make_input(dt, r, m);
+        std::vector<uint8_t> out(m * n * dtype_size(dt) + 1);
+        comm.allgather(Buffer{dt, in.data(), m}, Buffer{dt, out.data(), m * n})->wait();
+        for (int b = 0; b < n; ++b) {
+          for (size_t i = 0; i < m; ++i) {
+            ASSERT_EQ(testing::load(dt, out.data(), b * m + i), testing::input_value(b, i))
+                << "rank " << r << " block " << b << " element " << i;
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST_P(Collectives, AllgatherInPlace) {
+  const int n = GetParam();
+  World world(n);
+  world.run([&](int r, Communicator& comm) {
+    const size_t m = 333;
+    std::vector<int32_t> out(m * n, -1);
+    for (size_t i = 0; i < m; ++i) out[r * m + i] = static_cast<int32_t>(r * 1000 + i);
+    comm.allgather(Buffer{DType::I32, out.data() + r * m, m}, Buffer{DType::I32, out.data(), m * n})
+        ->wait();
+    for (int b = 0; b < n; ++b) {
+      for (size_t i = 0; i < m; ++i) ASSERT_EQ(out[b * m + i], static_cast<int32_t>(b * 1000 + i));
+    }
+  });
+}
+
+TEST_P(Collectives, BroadcastFromEveryRoot) {
+  const int n = GetParam();
+  World world(n);
+  world.run([&](int r, Communicator& comm) {
+    // 1000 elements go down the binomial tree, 100000 down the pipelined chain.
+    for (size_t m : {size_t{0}, size_t{1}, size_t{1000}, size_t{100000}}) {
+      for (int root = 0; root < n; ++root) {
+        std::vector<double> buf(m + 1, -1.0);
+        if (r == root) {
+          for (size_t i = 0; i < m; ++i) buf[i] = static_cast<double>(root * 1000000 + i);
+        }
+        comm.broadcast(Buffer{DType::F64, buf.data(), m}, {.root = root})->wait();
+        for (size_t i = 0; i < m; ++i) {
+          ASSERT_EQ(buf[i], static_cast<double>(root * 1000000 + i))
+              << "rank " << r << " root " << root << " element " << i;
+        }
+      }
+    }
+  });
+}
+
+TEST_P(Collectives, BarrierWaitsForTheSlowestRank) {
+  const int n = GetParam();
+  World world(n);
+  std::vector<std::atomic<int>> arrived(static_cast<size_t>(n));
+  world.run([&](int r, Communicator& comm) {
+    for (int round = 1; round <= 3; ++round) {
+      // A different rank is late each round.
+      if (r == round % n) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      arrived[static_cast<size_t>(r)] = round;
+      comm.barrier()->wait();
+      for (int q = 0; q < n; ++q) {
+        ASSERT_GE(arrived[static_cast<size_t>(q)].load(), round)
+            << "rank " << r << " left barrier " << round << " before rank " << q << " arrived";
+      }
+      comm.barrier()->wait();  // nobody starts the next round before all have checked
+    }
+  });
+}
+
+TEST_P(Collectives, SendRecvAroundTheRing) {
+  const int n = GetParam();
+  if (n == 1) GTEST_SKIP() << "no peer to talk to";
+  World world(n);
+  world.run([&](int r, Communicator& comm) {
+    const int right = (r + 1) % n, left = (r + n - 1) % n;
+    for (size_t m : {size_t{0}, size_t{5}, size_t{100000}}) {
+      std::vector<int64_t> out(m + 1), in(m + 1, 0);
+      for (size_t i = 0; i < m; ++i) out[i] = r * 1000000 + static_cast<int64_t>(i);
+      auto s = comm.send(Buffer{DType::I64, out.data(), m}, right, {.tag = 7});
+      auto v = comm.recv(Buffer{DType::I64, in.data(), m}, left, {.tag = 7});
+      s->wait();
+      v->wait();
+      for (size_t i = 0; i < m; ++i) ASSERT_EQ(in[i], left * 1000000 + static_cast<int64_t>(i));
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 5, 8),
+                         [](const auto& info) { return "n" + std::to_string(info.param); });
+
+TEST(SendRecv, MatchesByTagNotByArrivalOrder) {
+  World world(2);
+  world.run([&](int r, Communicator& comm) {
+    int32_t a = 0, b = 0, c = 0;
+    if (r == 0) {
+      int32_t x = 1, y = 2, z = 3;
+      comm.send(Buffer{DType::I32, &x, 1}, 1, {.tag = 1});
+      comm.send(Buffer{DType::I32, &y, 1}, 1, {.tag = 2});
+      comm.send(Buffer{DType::I32, &z, 1}, 1, {.tag = 3})->wait();
+    } else {
+      comm.recv(Buffer{DType::I32, &c, 1}, 0, {.tag = 3})->wait();
+      comm.recv(Buffer{DType::I32, &a, 1}, 0, {.tag = 1})->wait();
+      comm.recv(Buffer{DType::I32, &b, 1}, 0, {.tag = 2})->wait();
+      EXPECT_EQ(a, 1);
+      EXPECT_EQ(b, 2);
+      EXPECT_EQ(c, 3);
+    }
+  });
+}
+
+TEST(SendRecv, MessageArrivingDuringACollectiveWaitsForItsRecv) {
+  World world(2);
+  world.run([&](int r, Communicator& comm) {
+    std::vector<float> grad(1000, static_cast<float>(r + 1));
+    std::vector<int32_t> msg(50, 0);
+    if (r == 0) {
+      for (size_t i = 0; i < msg.size(); ++i) msg[i] = static_cast<int32_t>(i);
+      comm.send(Buffer{DType::I32, msg.data(), msg.size()}, 1, {.tag = 9});
+      comm.allreduce(Buffer{DType::F32, grad.data(), grad.size()})->wait();
+    } else {
+      comm.allreduce(Buffer{DType::F32, grad.data(), grad.size()})->wait();
+      comm.recv(Buffer{DType::I32, msg.data(), msg.size()}, 0, {.tag = 9})->wait();
+      for (size_t i = 0; i < msg.size(); ++i) ASSERT_EQ(msg[i], static_cast<int32_t>(i));
+    }
+    for (float g : grad) ASSERT_EQ(g, 3.0f);
+  });
+}
+
+TEST(Collectives, SizeMismatchesAreRejectedAtTheCall) {
+  World world(2);
+  std::vector<float> a(10), b(10);
+  EXPECT_THROW(world[0].allgather(Buffer{DType::F32, a.data(), 10}, Buffer{DType::F32, b.data(), 10}),
+               ConfigError);
+  EXPECT_THROW(world[0].reduce_scatter(Buffer{DType::F32, a.data(), 10},
+                                       Buffer{DType::F32, b.data(), 4}),
+               ConfigError);
+  EXPECT_THROW(world[0].broadcast(Buffer{DType::F32, a.data(), 10}, {.root = 2}), ConfigError);
+  EXPECT_THROW(world[0].send(Buffer{DType::F32, a.data(), 10}, 0), ConfigError);
+  EXPECT_THROW(world[0].allreduce(Buffer{DType::F32, nullptr, 10}), ConfigError);
+}
+
+}  // namespace
+}  // namespace cohort::comm

@@ -1,0 +1,297 @@
+// What happens when things go wrong: mismatched collectives, a rank that never shows up, abort,
+// a rank that disappears mid-collective, and hostile connections during setup.
+#include <gtest/gtest.h>
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include "cohort/base/clock.h"
+#include "cohort/base/error.h"
+#include "cohort/comm/communicator.h"
+#include "cohort/net/frame.h"
+#include "cohort/net/handshake.h"
+#include "cohort/net/socket.h"
+#include "world.h"
+
+namespace cohort::comm {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::World;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Runs `fn` and returns what it threw (or an empty string and nullptr if nothing).
+template <typename F>
+std::exception_ptr caught(F&& fn) {
+  try {
+    fn();
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+std::string message_of(std::exception_ptr e) {
+  try {
+    if (e) std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  }
+  return "";
+}
+
+TEST(Failure, MismatchedCollectivesFailWithProtocolErrorInsteadOfHanging) {
+  const int n = 3;
+  World world(n, [](CommConfig& c) { c.timeout = 20s; });
+  std::vector<std::exception_ptr> errors(n);
+  const auto start = Clock::now();
+  world.run([&](int r, Communicator& comm) {
+    std::vector<float> buf(3 * 64, 1.0f), in(64, 1.0f);
+    errors[r] = caught([&] {
+      if (r == 1) {
+        comm.allgather(Buffer{DType::F32, in.data(), 64}, Buffer{DType::F32, buf.data(), 3 * 64})
+            ->wait();
+      } else {
+        comm.allreduce(Buffer{DType::F32, buf.data(), buf.size()}, {.algorithm = Algorithm::Ring})
+            ->wait();
+      }
+    });
+  });
+  EXPECT_LT(seconds_since(start), 5.0) << "a mismatch must be detected, not waited out";
+  for (int r = 0; r < n; ++r) ASSERT_TRUE(errors[r]) << "rank " << r << " did not fail";
+  // Rank 2 receives from rank 1, rank 1 from rank 0: both see the other kind of collective.
+  EXPECT_NE(message_of(errors[2]).find("rank 1 sent allgather #1 but this rank is in allreduce #1"),
+            std::string::npos)
+      << message_of(errors[2]);
+  EXPECT_NE(message_of(errors[1]).find("rank 0 sent allreduce #1 but this rank is in allgather #1"),
+            std::string::npos)
+      << message_of(errors[1]);
+  EXPECT_THROW(std::rethrow_exception(errors[2]), ProtocolError);
+  // A failed communicator stays failed, with the same error.
+  float x = 0;
+  auto later = world[2].allreduce(Buffer{DType::F32, &x, 1});
+  EXPECT_TRUE(later->failed());
+  EXPECT_EQ(message_of(caught([&] { later->wait(); })), message_of(errors[2]));
+}
+
+TEST(Failure, TimeoutNamesTheRankThatNeverCalledNotTheNeighbourWaitingOnIt) {
+  // Ring 0 -> 1 -> 2 -> 3 -> 0 without rank 2: rank 0 waits on rank 3, which waits on rank 2
+  // (through rank 3's own stall). Every rank must name rank 2.
+  const int n = 4;
+  const auto timeout = 1000ms;
+  World world(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<double> took(n);
+  world.run([&](int r, Communicator& comm) {
+    if (r == 2) return;
+    std::vector<float> buf(10000, 1.0f);
+    auto start = Clock::now();
+    errors[r] = caught([&] {
+      comm.allreduce(Buffer{DType::F32, buf.data(), buf.size()},
+                     {.algorithm = Algorithm::Ring, .timeout = timeout})
+          ->wait();
+    });
+    took[r] = seconds_since(start);
+  });
+  for (int r : {0, 1, 3}) {
+    ASSERT_TRUE(errors[r]) << "rank " << r;
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const CollectiveTimeoutError& e) {
+      EXPECT_EQ(e.collective(), "allreduce");
+      EXPECT_EQ(e.sequence(), 1u);
+      EXPECT_EQ(e.missing_ranks(), std::vector<int>{2}) << "rank " << r << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("allreduce #1"), std::string::npos);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank " << r << " got " << e.what();
+    }
+    // timeout + grace (timeout / 4) + scheduling slack
+    EXPECT_LT(took[r], 1.0 + 0.25 + 1.0) << "rank " << r;
+    EXPECT_GE(took[r], 0.99) << "rank " << r;
+  }
+  // The late rank finds its peers gone and fails fast instead of waiting out its own timeout.
+  std::vector<float> buf(10000, 1.0f);
+  auto start = Clock::now();
+  auto e = caught([&] { world[2].allreduce(Buffer{DType::F32, buf.data(), buf.size()})->wait(); });
+  EXPECT_LT(seconds_since(start), 3.0);
+  EXPECT_TRUE(e);
+}
+
+TEST(Failure, TwoRankTimeoutNamesThePeer) {
+  World world(2);
+  float x = 1;
+  auto e = caught([&] { world[0].barrier({.timeout = 300ms})->wait(); });
+  try {
+    std::rethrow_exception(e);
+  } catch (const CollectiveTimeoutError& t) {
+    EXPECT_EQ(t.collective(), "barrier");
+    EXPECT_EQ(t.missing_ranks(), std::vector<int>{1});
+  }
+  (void)x;
+}
+
+TEST(Failure, AbortUnblocksAPendingAllreducePromptly) {
+  World world(2);
+  std::vector<float> a(1000, 1.0f), b(1000, 1.0f);
+  // Rank 1 never joins: rank 0's allreduce blocks until aborted.
+  auto w1 = world[0].allreduce(Buffer{DType::F32, a.data(), a.size()});
+  auto w2 = world[0].allreduce(Buffer{DType::F32, b.data(), b.size()});  // queued behind it
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(w1->is_completed());
+  const auto start = Clock::now();
+  std::thread aborter([&] { world[0].abort("test says stop"); });
+  EXPECT_THROW(w1->wait(), AbortedError);
+  EXPECT_LT(seconds_since(start), 1.0);
+  EXPECT_THROW(w2->wait(), AbortedError);
+  aborter.join();
+  EXPECT_NE(message_of(caught([&] { w1->wait(); })).find("test says stop"), std::string::npos);
+  EXPECT_THROW(world[0].barrier()->wait(), AbortedError);
+  // Rank 1 joins late: it gets the data rank 0 sent before the abort, then learns that rank 0
+  // is gone, at once rather than at its timeout.
+  std::vector<float> c(1000, 1.0f);
+  const auto late = Clock::now();
+  try {
+    world[1].allreduce(Buffer{DType::F32, c.data(), c.size()}, {.timeout = 10s})->wait();
+    ADD_FAILURE() << "rank 1 completed an allreduce without rank 0";
+  } catch (const PeerLostError& e) {
+    EXPECT_EQ(e.rank(), 0) << e.what();
+  }
+  EXPECT_LT(seconds_since(late), 2.0);
+}
+
+TEST(Failure, DestroyedRankIsNamedByEveryOtherRank) {
+  const int n = 3;
+  World world(n, [](CommConfig& c) { c.timeout = 20s; });
+  std::vector<std::exception_ptr> errors(n);
+  const auto start = Clock::now();
+  world.run([&](int r, Communicator& comm) {
+    if (r == 2) {
+      // Busy in an operation that cannot finish (nobody sends to it), then destroyed.
+      int32_t x;
+      auto w = comm.recv(Buffer{DType::I32, &x, 1}, 0, {.tag = 99});
+      std::this_thread::sleep_for(300ms);
+      world.slot(2).reset();
+      EXPECT_THROW(w->wait(), AbortedError);
+      return;
+    }
+    std::vector<float> buf(100000, 1.0f);
+    errors[r] = caught([&] {
+      comm.allreduce(Buffer{DType::F32, buf.data(), buf.size()}, {.algorithm = Algorithm::Ring})
+          ->wait();
+    });
+  });
+  EXPECT_LT(seconds_since(start), 5.0);
+  for (int r : {0, 1}) {
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const PeerLostError& e) {
+      EXPECT_EQ(e.rank(), 2) << "rank " << r << ": " << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank " << r << " got " << e.what();
+    }
+  }
+}
+
+TEST(Failure, SetupTimeoutNamesTheMissingRank) {
+  store::MemoryStore store;
+  std::vector<std::exception_ptr> errors(2);
+  testing::on_threads(2, [&](int r) {
+    CommConfig c = testing::test_config(r, 3);
+    c.timeout = 500ms;
+    errors[r] = caught([&] { Communicator::create(store, c); });
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(errors[r]);
+    EXPECT_THROW(std::rethrow_exception(errors[r]), TimeoutError);
+    EXPECT_NE(message_of(errors[r]).find("ranks never connected: 2"), std::string::npos)
+        << message_of(errors[r]);
+  }
+}
+
+TEST(Failure, HostileConnectionsDuringSetupAreDroppedAndSetupCompletes) {
+  const int n = 3;
+  store::MemoryStore store;
+  std::vector<std::unique_ptr<Communicator>> comms(n);
+  std::atomic<bool> attacked{false};
+  auto make = [&](int r) {
+    CommConfig c = testing::test_config(r, n);
+    c.handshake_timeout = 500ms;
+    comms[r] = Communicator::create(store, c);
+  };
+  std::thread rank0([&] { make(0); });
+  std::thread attacker([&] {
+    store.wait({"comm/addr/0"}, 10s);
+    auto ep = net::Endpoint::parse(store::to_string(store.get("comm/addr/0")));
+    auto dl = Deadline::after(5s);
+    std::vector<net::Socket> keep;
+    // 1. Random garbage.
+    {
+      auto s = net::Socket::connect(ep, dl);
+      std::string junk = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+      s.send_all(junk.data(), junk.size(), dl);
+      keep.push_back(std::move(s));
+    }
+    // 2. A frame header announcing 1 TB.
+    {
+      auto s = net::Socket::connect(ep, dl);
+      net::FrameHeader h;
+      h.type = static_cast<uint16_t>(net::MsgType::kHello);
+      h.length = uint64_t{1} << 40;
+      s.send_all(&h, sizeof(h), dl);
+      keep.push_back(std::move(s));
+    }
+    // 3. The wrong token.
+    {
+      auto s = net::Socket::connect(ep, dl);
+      EXPECT_THROW(net::handshake_as_client(s, "wrong-token", "rank=1 size=3", dl), AuthError);
+    }
+    // 4. The right token but a rank that does not exist, and a world of the wrong size.
+    for (const char* info : {"rank=7 size=3", "rank=1 size=4", "rank=0 size=3", "nonsense"}) {
+      auto s = net::Socket::connect(ep, dl);
+      net::handshake_as_client(s, "test-token", info, dl);
+      keep.push_back(std::move(s));
+    }
+    // 5. A connection that never says anything, and one that stops half-way through a frame.
+    keep.push_back(net::Socket::connect(ep, dl));
+    {
+      auto s = net::Socket::connect(ep, dl);
+      s.send_all("CHRT", 4, dl);
+      keep.push_back(std::move(s));
+    }
+    attacked = true;
+    std::this_thread::sleep_for(1500ms);  // hold them open while the real ranks join
+  });
+  while (!attacked) std::this_thread::sleep_for(10ms);
+  testing::on_threads(2, [&](int i) { make(i + 1); });
+  rank0.join();
+  attacker.join();
+  // The world that came out of it works.
+  testing::on_threads(n, [&](int r) {
+    std::vector<int32_t> v(100, r);
+    comms[r]->allreduce(Buffer{DType::I32, v.data(), v.size()})->wait();
+    for (int32_t x : v) ASSERT_EQ(x, 0 + 1 + 2);
+  });
+}
+
+TEST(Failure, WrongTokenRankCannotJoin) {
+  store::MemoryStore store;
+  std::vector<std::exception_ptr> errors(2);
+  testing::on_threads(2, [&](int r) {
+    CommConfig c = testing::test_config(r, 2);
+    c.timeout = 1s;
+    if (r == 1) c.token = "another-job";
+    errors[r] = caught([&] { Communicator::create(store, c); });
+  });
+  EXPECT_THROW(std::rethrow_exception(errors[1]), AuthError);
+  EXPECT_THROW(std::rethrow_exception(errors[0]), TimeoutError);
+  EXPECT_NE(message_of(errors[0]).find("ranks never connected: 1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cohort::comm

@@ -1,0 +1,70 @@
+// Test helper: a world of ranks as threads in one process, connected over loopback through a
+// MemoryStore, like real ranks in separate processes.
+#pragma once
+
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "cohort/comm/communicator.h"
+#include "cohort/store/memory_store.h"
+
+namespace cohort::comm::testing {
+
+inline CommConfig test_config(int rank, int size) {
+  CommConfig c;
+  c.rank = rank;
+  c.size = size;
+  c.token = "test-token";
+  c.timeout = std::chrono::seconds(30);
+  c.chunk_bytes = 256;
+  return c;
+}
+
+// Runs fn(rank) on `n` threads at once and rethrows the first exception any of them raised.
+inline void on_threads(int n, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  std::mutex mu;
+  std::exception_ptr first;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        std::lock_guard lk(mu);
+        if (!first) first = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
+}
+
+class World {
+ public:
+  // `tweak` may change each rank's config before its communicator is created.
+  explicit World(int n, const std::function<void(CommConfig&)>& tweak = {}) : comms_(n) {
+    on_threads(n, [&](int r) {
+      CommConfig c = test_config(r, n);
+      if (tweak) tweak(c);
+      comms_[static_cast<size_t>(r)] = Communicator::create(store_, c);
+    });
+  }
+  int size() const { return static_cast<int>(comms_.size()); }
+  Communicator& operator[](int r) { return *comms_[static_cast<size_t>(r)]; }
+  std::unique_ptr<Communicator>& slot(int r) { return comms_[static_cast<size_t>(r)]; }
+  store::MemoryStore& store() { return store_; }
+  // Runs fn(rank, communicator) on every rank at once.
+  void run(const std::function<void(int, Communicator&)>& fn) {
+    on_threads(size(), [&](int r) { fn(r, *comms_[static_cast<size_t>(r)]); });
+  }
+
+ private:
+  store::MemoryStore store_;  // declared first: the communicators keep a reference to it
+  std::vector<std::unique_ptr<Communicator>> comms_;
+};
+
+}  // namespace cohort::comm::testing
