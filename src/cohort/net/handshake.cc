@@ -81,11 +81,15 @@ std::vector<uint8_t> ServerHandshake::on_hello(const Frame& hello) {
     throw ProtocolError("expected a handshake hello, got message type " +
                         std::to_string(hello.type));
   }
-  ByteReader r(hello.payload);
-  std::memcpy(client_nonce_.data(), r.get_bytes(kNonce), kNonce);
-  client_info_ = r.get_string();
-  if (!r.done()) throw ProtocolError("trailing bytes in handshake hello");
-  check_info(client_info_);
+  try {
+    ByteReader r(hello.payload);
+    std::memcpy(client_nonce_.data(), r.get_bytes(kNonce), kNonce);
+    client_info_ = r.get_string();
+    if (!r.done()) throw ProtocolError("trailing bytes");
+    check_info(client_info_);
+  } catch (const ProtocolError& e) {
+    throw ProtocolError(std::string("malformed handshake hello: ") + e.what());
+  }
 
   random_bytes(server_nonce_.data(), kNonce);
   Digest server_mac =

@@ -1,5 +1,7 @@
 #include "cohort/store/memory_store.h"
 
+#include <algorithm>
+
 #include "cohort/base/error.h"
 
 namespace cohort::store {
@@ -22,9 +24,23 @@ void MemoryStore::set(const std::string& key, const Bytes& value) {
   cv_.notify_all();
 }
 
+namespace {
+
+// cv waits take a time point: clamp so that now + timeout cannot overflow.
+Clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  return Clock::now() +
+         std::clamp<std::chrono::milliseconds>(timeout, {}, std::chrono::hours(24 * 7));
+}
+
+}  // namespace
+
 Bytes MemoryStore::get(const std::string& key) {
-  wait({key}, timeout_);
-  std::lock_guard lk(mu_);
+  // Waiting and reading under one lock: a delete in between cannot turn a hit into a miss.
+  std::unique_lock lk(mu_);
+  if (!cv_.wait_until(lk, deadline_after(timeout_), [&] { return data_.count(key) > 0; })) {
+    throw TimeoutError("store get of key '" + key + "' timed out after " +
+                       std::to_string(timeout_.count()) + " ms");
+  }
   return data_.at(key);
 }
 
@@ -34,11 +50,14 @@ int64_t MemoryStore::add(const std::string& key, int64_t delta) {
     std::lock_guard lk(mu_);
     auto it = data_.find(key);
     if (it != data_.end() && !it->second.empty()) {
+      const std::string text = to_string(it->second);
+      size_t used = 0;
       try {
-        v = std::stoll(to_string(it->second));
+        v = std::stoll(text, &used);
       } catch (const std::exception&) {
-        throw Error("store key '" + key + "' does not hold an integer");
+        used = 0;
       }
+      if (used != text.size()) throw Error("store key '" + key + "' does not hold an integer");
     }
     v += delta;
     data_[key] = to_bytes(std::to_string(v));
@@ -47,7 +66,8 @@ int64_t MemoryStore::add(const std::string& key, int64_t delta) {
   return v;
 }
 
-Bytes MemoryStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
+Bytes MemoryStore::compare_set(const std::string& key, const Bytes& expected,
+                               const Bytes& desired) {
   Bytes result;
   {
     std::lock_guard lk(mu_);
@@ -89,7 +109,7 @@ void MemoryStore::wait(const std::vector<std::string>& keys, std::chrono::millis
     }
     return m;
   };
-  if (!cv_.wait_for(lk, timeout, [&] { return missing().empty(); })) {
+  if (!cv_.wait_until(lk, deadline_after(timeout), [&] { return missing().empty(); })) {
     throw TimeoutError("store wait timed out after " + std::to_string(timeout.count()) +
                        " ms; missing keys: " + describe_missing(missing()));
   }

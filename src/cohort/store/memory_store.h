@@ -1,5 +1,6 @@
-// In-process Store: a map under a mutex with a condition variable for waiters. Used by tests that run
-// ranks as threads, and as the state behind the TCP store server.
+// In-process Store: a map under a mutex with a condition variable for waiters. Used by tests that
+// run ranks as threads, and as the state behind StoreServer (which calls only its non-blocking
+// members).
 #pragma once
 
 #include <condition_variable>

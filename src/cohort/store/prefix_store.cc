@@ -2,7 +2,8 @@
 
 namespace cohort::store {
 
-PrefixStore::PrefixStore(std::string prefix, Store& base) : prefix_(std::move(prefix)), base_(base) {
+PrefixStore::PrefixStore(std::string prefix, Store& base)
+    : prefix_(std::move(prefix)), base_(base) {
   timeout_ = base.timeout();
 }
 
@@ -13,17 +14,26 @@ std::vector<std::string> PrefixStore::ks(const std::vector<std::string>& keys) c
   return out;
 }
 
-void PrefixStore::set(const std::string& key, const Bytes& value) { base_.set(k(key), value); }
+void PrefixStore::set(const std::string& key, const Bytes& value) {
+  base_.set(k(key), value);
+}
 Bytes PrefixStore::get(const std::string& key) {
   base_.wait({k(key)}, timeout_);
   return base_.get(k(key));
 }
-int64_t PrefixStore::add(const std::string& key, int64_t delta) { return base_.add(k(key), delta); }
-Bytes PrefixStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
+int64_t PrefixStore::add(const std::string& key, int64_t delta) {
+  return base_.add(k(key), delta);
+}
+Bytes PrefixStore::compare_set(const std::string& key, const Bytes& expected,
+                               const Bytes& desired) {
   return base_.compare_set(k(key), expected, desired);
 }
-bool PrefixStore::delete_key(const std::string& key) { return base_.delete_key(k(key)); }
-bool PrefixStore::check(const std::vector<std::string>& keys) { return base_.check(ks(keys)); }
+bool PrefixStore::delete_key(const std::string& key) {
+  return base_.delete_key(k(key));
+}
+bool PrefixStore::check(const std::vector<std::string>& keys) {
+  return base_.check(ks(keys));
+}
 void PrefixStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   base_.wait(ks(keys), timeout);
 }

@@ -1,6 +1,6 @@
 // TCP Store: a StoreServer (embedded in the coordinator or launcher process) holds the keys; every
-// rank talks to it through a TcpStore client. Clients authenticate with the job token (net/handshake)
-// before the server reads a single request; bad clients cost one log line.
+// rank talks to it through a TcpStore client. Clients authenticate with the job token
+// (net/handshake) before the server reads a single request; bad clients cost one log line.
 #pragma once
 
 #include <chrono>
@@ -41,6 +41,13 @@ class StoreServer {
   std::unique_ptr<Impl> impl_;
 };
 
+struct StoreRequest;
+struct StoreResponse;
+
+// Client of a StoreServer. Thread-safe, one request at a time: a get() or wait() that blocks holds
+// the connection, so threads that block on keys other threads set should use their own TcpStore.
+// Failures name the server: TimeoutError (naming the keys), PeerLostError (connection lost),
+// AuthError (token mismatch), Error (the server refused the request, e.g. add on a non-integer).
 class TcpStore : public Store {
  public:
   // Connects (retrying until timeout while the server is not up yet) and authenticates.
@@ -58,6 +65,9 @@ class TcpStore : public Store {
   using Store::wait;
 
  private:
+  // Sends q and returns the server's ok response; throws on error and timeout responses.
+  StoreResponse call(const StoreRequest& q, std::chrono::milliseconds io_timeout);
+
   class Conn;
   std::unique_ptr<Conn> conn_;
   std::mutex mu_;  // one request at a time on the connection
