@@ -1,12 +1,393 @@
-#include <iostream>
+// `cohort bench allreduce`: measures Cohort's allreduce across N local processes.
+//
+// The launcher (this process) starts a StoreServer on 127.0.0.1 with a fresh random token and
+// spawns N ranks of the same binary (hidden --worker-rank flag; the token travels in the
+// environment). Each rank builds a TcpStore and a Communicator and runs the method of
+// bench_method.h; rank 0 posts one result per size to the store and the launcher prints it.
+//
+// Process hygiene: ranks die with the launcher (PR_SET_PDEATHSIG) and ignore SIGINT, so that a
+// Ctrl-C reaches the launcher only, which then kills and reaps every rank. When a rank fails, the
+// launcher gives the others until the collective timeout (plus a margin) to fail on their own, so
+// that every rank's error is reported, then kills what is left and exits non-zero with the first
+// failure.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "cohort/base/checksum.h"
+#include "cohort/base/clock.h"
+#include "cohort/base/error.h"
+#include "cohort/cli/args.h"
+#include "cohort/cli/bench_worker.h"
 #include "cohort/cli/commands.h"
+#include "cohort/store/tcp_store.h"
+
+extern char** environ;
 
 namespace cohort::cli {
+namespace {
 
-int bench_main(int, char**) {
-  std::cerr << "cohort bench: not built yet\n";
-  return 1;
+constexpr const char* kUsage =
+    "usage: cohort bench allreduce [options]\n"
+    "\n"
+    "Measures allreduce (float32, sum) across local processes over TCP on 127.0.0.1.\n"
+    "\n"
+    "  --ranks N          number of processes (default 2)\n"
+    "  --sizes LIST       message sizes in bytes, K/M/G suffixes are binary\n"
+    "                     (default 4K,64K,1M,16M,64M)\n"
+    "  --algo NAME        ring | halving_doubling | auto (default auto)\n"
+    "  --iters K          timed iterations per size (default: enough for ~0.5 s, 10..10000)\n"
+    "  --warmup W         warm-up iterations per size (default 5)\n"
+    "  --timeout MS       deadline of setup and of every collective (default 30000)\n"
+    "  --json             one JSON object per line instead of a table\n"
+    "\n"
+    "Time is the median over iterations of the slowest rank's time; algbw = bytes / time and\n"
+    "busbw = algbw * 2(n-1)/n, in GB/s (1e9 bytes per second).\n";
+
+const std::set<std::string> kValueFlags = {
+    "ranks", "sizes", "algo", "iters", "warmup", "timeout",
+    // hidden: a rank spawned by the launcher, and the fault drills of the fault tests
+    "worker-rank", "store", "fault", "fault-rank", "fault-after-iters"};
+const std::set<std::string> kBoolFlags = {"json", "help"};
+
+BenchOptions parse_options(const Args& a) {
+  BenchOptions o;
+  auto int_in = [&](const std::string& flag, long fallback, long lo, long hi) {
+    long v = a.get_int(flag, fallback);
+    if (v < lo || v > hi) {
+      throw ConfigError("--" + flag + " must be between " + std::to_string(lo) + " and " +
+                        std::to_string(hi) + ", got " + std::to_string(v));
+    }
+    return static_cast<int>(v);
+  };
+  o.ranks = int_in("ranks", 2, 1, 256);
+  try {
+    o.sizes = bench::parse_sizes(a.get_or("sizes", "4K,64K,1M,16M,64M"), sizeof(float));
+  } catch (const std::invalid_argument& e) {
+    throw ConfigError(std::string("--sizes: ") + e.what());
+  }
+  for (uint64_t b : o.sizes) {
+    if (b > (4ull << 30)) throw ConfigError("--sizes: " + std::to_string(b) + " is above 4G");
+  }
+  o.algorithm = comm::parse_algorithm(a.get_or("algo", "auto"));
+  o.method.iters = int_in("iters", 0, 0, 10000000);
+  o.method.warmup = int_in("warmup", 5, 0, 1000000);
+  o.timeout = std::chrono::milliseconds(int_in("timeout", 30000, 1, 24 * 3600 * 1000));
+  o.json = a.has("json");
+  if (auto f = a.get("fault")) {
+    if (*f == "kill") o.fault.kind = FaultKind::Kill;
+    else if (*f == "stop") o.fault.kind = FaultKind::Stop;
+    else throw ConfigError("--fault must be kill or stop, got '" + *f + "'");
+    o.fault.rank = int_in("fault-rank", 1, 0, o.ranks - 1);
+    o.fault.after_iters = int_in("fault-after-iters", 0, 0, 1 << 30);
+  }
+  return o;
+}
+
+// --- signals -------------------------------------------------------------------------------
+
+volatile sig_atomic_t g_signal = 0;
+void on_signal(int sig) { g_signal = sig; }
+
+// Routes SIGINT and SIGTERM to a flag for the lifetime of the launcher.
+class SignalGuard {
+ public:
+  SignalGuard() {
+    struct sigaction sa {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~SignalGuard() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
+
+// --- rank processes ------------------------------------------------------------------------
+
+struct Rank {
+  int rank = 0;
+  pid_t pid = -1;
+  bool live = false;
+  bool killed_by_launcher = false;
+  int status = 0;
+};
+
+// Owns the rank processes: whatever happens, the destructor kills and reaps every one of them.
+class RankProcesses {
+ public:
+  ~RankProcesses() {
+    kill_all();
+    reap_all();
+  }
+
+  // fork + exec of /proc/self/exe. Everything the child needs is prepared before fork(): the
+  // launcher has threads, so the child may only make async-signal-safe calls until exec.
+  void spawn(int rank, const std::vector<std::string>& args, const std::vector<std::string>& env) {
+    std::vector<char*> argv, envp;
+    for (const auto& s : args) argv.push_back(const_cast<char*>(s.c_str()));
+    argv.push_back(nullptr);
+    for (const auto& s : env) envp.push_back(const_cast<char*>(s.c_str()));
+    envp.push_back(nullptr);
+    const pid_t launcher = getpid();
+    sigset_t none;
+    sigemptyset(&none);
+
+    pid_t pid = fork();
+    if (pid < 0) throw SystemError("fork of bench rank " + std::to_string(rank), errno);
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != launcher) _exit(127);  // the launcher died before prctl took effect
+      signal(SIGINT, SIG_IGN);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      dup2(STDERR_FILENO, STDOUT_FILENO);  // stdout carries the launcher's results only
+      execve("/proc/self/exe", argv.data(), envp.data());
+      _exit(127);
+    }
+    ranks_.push_back({.rank = rank, .pid = pid, .live = true});
+  }
+
+  // Collects exited ranks without blocking; returns them in the order they were seen.
+  std::vector<Rank*> poll() {
+    std::vector<Rank*> exited;
+    for (auto& r : ranks_) {
+      if (!r.live) continue;
+      int st = 0;
+      if (waitpid(r.pid, &st, WNOHANG) == r.pid) {
+        r.live = false;
+        r.status = st;
+        exited.push_back(&r);
+      }
+    }
+    return exited;
+  }
+
+  bool all_exited() const {
+    for (const auto& r : ranks_) {
+      if (r.live) return false;
+    }
+    return true;
+  }
+
+  // Whether every live rank is stopped (SIGSTOP): nothing left can make progress on its own.
+  bool all_live_stopped() const {
+    for (const auto& r : ranks_) {
+      if (r.live && !is_stopped(r.pid)) return false;
+    }
+    return true;
+  }
+
+  void kill_all() {
+    for (auto& r : ranks_) {
+      if (!r.live) continue;
+      r.killed_by_launcher = true;
+      kill(r.pid, SIGCONT);
+      kill(r.pid, SIGKILL);
+    }
+  }
+
+  // Blocking, but only after kill_all(): SIGKILL cannot be caught, so each wait is short.
+  void reap_all() {
+    for (auto& r : ranks_) {
+      if (!r.live) continue;
+      int st = 0;
+      while (waitpid(r.pid, &st, 0) < 0 && errno == EINTR) {
+      }
+      r.live = false;
+      r.status = st;
+    }
+  }
+
+  const std::vector<Rank>& ranks() const { return ranks_; }
+
+ private:
+  static bool is_stopped(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(f, line);
+    auto paren = line.rfind(')');
+    return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'T';
+  }
+
+  std::vector<Rank> ranks_;
+};
+
+bool succeeded(const Rank& r) { return WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0; }
+
+std::string outcome(const Rank& r, store::Store& store) {
+  std::string head = "rank " + std::to_string(r.rank);
+  if (WIFSIGNALED(r.status)) {
+    int sig = WTERMSIG(r.status);
+    if (r.killed_by_launcher) return head + " did not finish and was killed by the launcher";
+    return head + " was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
+  }
+  std::string why;
+  try {
+    if (store.check({bench_error_key(r.rank)})) {
+      why = store::to_string(store.get(bench_error_key(r.rank)));
+    }
+  } catch (const std::exception&) {
+  }
+  if (!why.empty()) return why;
+  return head + " exited with status " + std::to_string(WEXITSTATUS(r.status));
+}
+
+// --- output --------------------------------------------------------------------------------
+
+class Printer {
+ public:
+  explicit Printer(const BenchOptions& o) : o_(o) {}
+
+  void print(const std::string& json_line) {
+    if (o_.json) {
+      std::cout << json_line << std::endl;
+      return;
+    }
+    auto j = nlohmann::json::parse(json_line);
+    if (!header_) {
+      std::printf("allreduce  library=cohort  transport=tcp  ranks=%d  algorithm=%s  dtype=f32\n",
+                  o_.ranks, std::string(comm::algorithm_name(o_.algorithm)).c_str());
+      std::printf("%12s %14s %12s %12s %8s\n", "size", "time_us", "algbw_GB/s", "busbw_GB/s",
+                  "iters");
+      header_ = true;
+    }
+    std::printf("%12s %14.2f %12.3f %12.3f %8d\n",
+                bench::human_bytes(j["bytes"].get<uint64_t>()).c_str(), j["time_us"].get<double>(),
+                j["algbw_gbps"].get<double>(), j["busbw_gbps"].get<double>(),
+                j["iters"].get<int>());
+    std::fflush(stdout);
+  }
+
+ private:
+  const BenchOptions& o_;
+  bool header_ = false;
+};
+
+std::vector<std::string> worker_args(const Args& a, int rank, const std::string& store) {
+  std::vector<std::string> args = {"cohort", "bench", "allreduce"};
+  for (const auto& flag : kValueFlags) {
+    if (flag == "worker-rank" || flag == "store") continue;
+    if (auto v = a.get(flag)) {
+      args.push_back("--" + flag);
+      args.push_back(*v);
+    }
+  }
+  args.insert(args.end(), {"--worker-rank", std::to_string(rank), "--store", store});
+  return args;
+}
+
+int launch(const Args& a, const BenchOptions& o) {
+  std::string token;
+  {
+    uint8_t raw[32];
+    random_bytes(raw, sizeof(raw));
+    token = to_hex(raw, sizeof(raw));
+  }
+  store::StoreServer server({.bind_host = "127.0.0.1", .port = 0, .token = token});
+  const std::string endpoint = server.endpoint().str();
+  store::TcpStore client(server.endpoint(), token, o.timeout);
+
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    if (std::strncmp(*e, kBenchTokenEnv, std::strlen(kBenchTokenEnv)) != 0) env.push_back(*e);
+  }
+  env.push_back(std::string(kBenchTokenEnv) + "=" + token);
+
+  SignalGuard signals;
+  RankProcesses procs;
+  for (int r = 0; r < o.ranks; ++r) procs.spawn(r, worker_args(a, r, endpoint), env);
+
+  Printer printer(o);
+  size_t reported = 0;
+  auto drain_results = [&] {
+    while (reported < o.sizes.size() && client.check({bench_result_key(reported)})) {
+      printer.print(store::to_string(client.get(bench_result_key(reported))));
+      ++reported;
+    }
+  };
+
+  std::vector<const Rank*> failed;  // in the order the launcher saw them exit
+  std::optional<Deadline> grace;
+  while (!procs.all_exited()) {
+    if (g_signal) {
+      int sig = g_signal;
+      procs.kill_all();
+      procs.reap_all();
+      std::cerr << "cohort bench: interrupted by " << strsignal(sig) << "; all ranks stopped\n";
+      return 128 + sig;
+    }
+    drain_results();
+    for (Rank* r : procs.poll()) {
+      if (succeeded(*r)) continue;
+      failed.push_back(r);
+      if (!grace) grace = Deadline::after(o.timeout + std::chrono::seconds(5));
+    }
+    if (grace && !procs.all_exited() && (grace->expired() || procs.all_live_stopped())) {
+      procs.kill_all();
+      procs.reap_all();
+      for (const auto& r : procs.ranks()) {
+        if (r.killed_by_launcher) failed.push_back(&r);
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  drain_results();
+
+  if (!failed.empty()) {
+    std::vector<std::string> lines;
+    for (const Rank* r : failed) lines.push_back(outcome(*r, client));
+    for (size_t i = 1; i < lines.size(); ++i) std::cerr << "cohort bench: " << lines[i] << "\n";
+    throw Error(lines[0] + (failed.size() > 1 ? " (first of " + std::to_string(failed.size()) +
+                                                    " failed ranks)"
+                                              : ""));
+  }
+  if (reported != o.sizes.size()) {
+    throw Error("rank 0 exited after reporting " + std::to_string(reported) + " of " +
+                std::to_string(o.sizes.size()) + " sizes");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int bench_main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    (argc < 2 ? std::cerr : std::cout) << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  if (std::string(argv[1]) != "allreduce") {
+    throw ConfigError("unknown benchmark '" + std::string(argv[1]) + "' (expected allreduce)");
+  }
+  Args a(argc - 1, argv + 1, kValueFlags, kBoolFlags);
+  if (a.has("help")) {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (!a.positionals().empty()) throw ConfigError("unexpected argument " + a.positionals()[0]);
+  BenchOptions o = parse_options(a);
+  if (auto rank = a.get("worker-rank")) {
+    int r = static_cast<int>(a.get_int("worker-rank", -1));
+    if (r < 0 || r >= o.ranks) throw ConfigError("--worker-rank out of range: " + *rank);
+    return run_bench_worker(o, r, a.get_or("store", ""));
+  }
+  return launch(a, o);
 }
 
 }  // namespace cohort::cli

@@ -1,0 +1,51 @@
+// One rank of `cohort bench allreduce`: a process spawned by the bench launcher (bench.cc) that
+// joins the launcher's store, builds a Communicator and runs the measurement of bench_method.h.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cohort/cli/bench_method.h"
+#include "cohort/comm/types.h"
+
+namespace cohort::cli {
+
+// Environment variable that carries the job token from the launcher to its ranks (never argv,
+// which any local user can read in /proc).
+inline constexpr const char* kBenchTokenEnv = "COHORT_BENCH_TOKEN";
+
+// Fault drills, for the multi-process fault tests: rank `rank` issues its allreduce number
+// `after_iters` (counting every allreduce of the run from 0) and then kills or stops itself while
+// that collective is in flight.
+enum class FaultKind { None, Kill, Stop };
+
+struct FaultDrill {
+  FaultKind kind = FaultKind::None;
+  int rank = -1;
+  int after_iters = 0;
+};
+
+struct BenchOptions {
+  int ranks = 2;
+  std::vector<uint64_t> sizes;
+  comm::Algorithm algorithm = comm::Algorithm::Auto;
+  bench::MethodOptions method;
+  std::chrono::milliseconds timeout{30000};
+  bool json = false;
+  FaultDrill fault;
+};
+
+// Store keys shared by the launcher and its ranks.
+inline std::string bench_result_key(size_t size_index) {
+  return "bench/result/" + std::to_string(size_index);
+}
+inline std::string bench_error_key(int rank) { return "bench/error/" + std::to_string(rank); }
+
+// Runs rank `rank`; returns the process exit status. An error is posted to the store under
+// bench_error_key(rank) as "rank R failed: <kind> (<parties>): <message>" (printed to stderr if
+// the store cannot be reached), and the process exits with status 1.
+int run_bench_worker(const BenchOptions& options, int rank, const std::string& store_endpoint);
+
+}  // namespace cohort::cli
