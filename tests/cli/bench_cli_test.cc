@@ -1,0 +1,133 @@
+// `cohort bench allreduce` end to end: real launcher, real rank processes, real loopback sockets.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cohort_process.h"
+
+namespace cohort::testing {
+namespace {
+
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+  }
+  return lines;
+}
+
+struct BenchCase {
+  int ranks;
+  std::string algo;
+};
+
+void PrintTo(const BenchCase& c, std::ostream* os) { *os << c.algo << ", " << c.ranks << " ranks"; }
+
+class BenchJson : public ::testing::TestWithParam<BenchCase> {};
+
+// Every line carries the public contract's fields, the sizes asked for in order, and bandwidths
+// that follow nccl-tests' definitions from the reported time. Sizes include one whose element
+// count does not divide by the rank count; the ranks verify every sum before timing.
+TEST_P(BenchJson, PrintsOneContractLinePerSize) {
+  const auto& c = GetParam();
+  CohortProcess p({"bench", "allreduce", "--ranks", std::to_string(c.ranks), "--sizes",
+                   "4K,4100,256K", "--algo", c.algo, "--iters", "20", "--warmup", "2",
+                   "--timeout", "20000", "--json"});
+  auto st = p.wait_for(90s);
+  ASSERT_TRUE(st) << "launcher still running after 90 s\n" << p.err();
+  ASSERT_TRUE(exited_with(st, 0)) << p.err();
+  auto lines = json_lines(p.out());
+  ASSERT_EQ(lines.size(), 3u) << p.out();
+  const uint64_t sizes[] = {4096, 4100, 256 << 10};
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const auto& j = lines[i];
+    EXPECT_EQ(j["collective"], "allreduce");
+    EXPECT_EQ(j["algorithm"], c.algo);
+    EXPECT_EQ(j["library"], "cohort");
+    EXPECT_EQ(j["transport"], "tcp");
+    EXPECT_EQ(j["ranks"], c.ranks);
+    EXPECT_EQ(j["bytes"].get<uint64_t>(), sizes[i]);
+    EXPECT_EQ(j["iters"], 20);
+    double t = j["time_us"].get<double>();
+    ASSERT_GT(t, 0);
+    double algbw = sizes[i] / (t * 1e-6) / 1e9;
+    EXPECT_NEAR(j["algbw_gbps"].get<double>(), algbw, 1e-4 + algbw * 1e-3);
+    EXPECT_NEAR(j["busbw_gbps"].get<double>(), algbw * 2 * (c.ranks - 1) / c.ranks,
+                1e-4 + algbw * 1e-3);
+  }
+  EXPECT_TRUE(p.reap_group(5s)) << "ranks left behind";
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, BenchJson,
+                         ::testing::Values(BenchCase{2, "auto"}, BenchCase{3, "ring"},
+                                           BenchCase{3, "halving_doubling"},
+                                           BenchCase{4, "halving_doubling"}),
+                         [](const auto& info) {
+                           return info.param.algo + "_" + std::to_string(info.param.ranks);
+                         });
+
+TEST(BenchCli, PrintsAnAlignedTableWithoutJson) {
+  CohortProcess p({"bench", "allreduce", "--ranks", "2", "--sizes", "4K,1M", "--iters", "10",
+                   "--warmup", "1"});
+  auto st = p.wait_for(60s);
+  ASSERT_TRUE(exited_with(st, 0)) << p.err();
+  std::string out = p.out();
+  EXPECT_NE(out.find("busbw_GB/s"), std::string::npos) << out;
+  EXPECT_NE(out.find("4 KiB"), std::string::npos) << out;
+  EXPECT_NE(out.find("1 MiB"), std::string::npos) << out;
+}
+
+TEST(BenchCli, RejectsInvalidSizesWithoutStartingRanks) {
+  for (const char* sizes : {"4X", "6", "", "4K,,1M"}) {
+    CohortProcess p({"bench", "allreduce", "--sizes", sizes});
+    auto st = p.wait_for(20s);
+    ASSERT_TRUE(exited_with(st, 2)) << sizes << ": " << p.err();
+    EXPECT_NE(p.err().find("--sizes"), std::string::npos) << p.err();
+  }
+}
+
+TEST(BenchCli, RejectsUnknownAlgorithmAndRankCount) {
+  CohortProcess a({"bench", "allreduce", "--algo", "bcube"});
+  ASSERT_TRUE(exited_with(a.wait_for(20s), 2));
+  EXPECT_NE(a.err().find("bcube"), std::string::npos) << a.err();
+  CohortProcess r({"bench", "allreduce", "--ranks", "0"});
+  ASSERT_TRUE(exited_with(r.wait_for(20s), 2));
+  EXPECT_NE(r.err().find("--ranks"), std::string::npos) << r.err();
+}
+
+// A rank reads the job token from the environment only; without it, it refuses to start.
+TEST(BenchCli, RankWithoutTokenRefusesToStart) {
+  CohortProcess p({"bench", "allreduce", "--worker-rank", "0", "--store", "127.0.0.1:1"},
+                  {"COHORT_BENCH_TOKEN"});
+  ASSERT_TRUE(exited_with(p.wait_for(20s), 2)) << p.err();
+  EXPECT_NE(p.err().find("COHORT_BENCH_TOKEN"), std::string::npos) << p.err();
+}
+
+// Ctrl-C reaches the launcher, which kills and reaps every rank before it exits.
+TEST(BenchCli, InterruptStopsEveryRank) {
+  CohortProcess p({"bench", "allreduce", "--ranks", "3", "--sizes", "16M", "--iters", "100000"});
+  ASSERT_TRUE(p.wait_for_members(4, 30s)) << "ranks did not start\n" << p.err();
+  std::this_thread::sleep_for(500ms);
+  kill(p.pid(), SIGINT);
+  auto st = p.wait_for(15s);
+  ASSERT_TRUE(st) << "launcher ignored SIGINT";
+  EXPECT_TRUE(exited_with(st, 128 + SIGINT)) << p.err();
+  EXPECT_NE(p.err().find("interrupted"), std::string::npos) << p.err();
+  // The launcher reaped its ranks itself: nothing of the group is left, not even a zombie.
+  EXPECT_TRUE(group_members(p.pid()).empty());
+}
+
+// A launcher killed outright cannot clean up; its ranks die with it (PR_SET_PDEATHSIG).
+TEST(BenchCli, RanksDieWithAKilledLauncher) {
+  CohortProcess p({"bench", "allreduce", "--ranks", "3", "--sizes", "16M", "--iters", "100000"});
+  ASSERT_TRUE(p.wait_for_members(4, 30s)) << "ranks did not start\n" << p.err();
+  std::this_thread::sleep_for(500ms);
+  kill(p.pid(), SIGKILL);
+  ASSERT_TRUE(p.wait_for(10s));
+  EXPECT_TRUE(p.reap_group(10s)) << group_members(p.pid()).size() << " ranks outlived the launcher";
+}
+
+}  // namespace
+}  // namespace cohort::testing
