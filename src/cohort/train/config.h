@@ -115,7 +115,7 @@ std::string to_yaml(const JobConfig& config);
 
 // The [C, H, W] shape of one example and the number of classes the data gives the model.
 struct InputSpec {
-  std::vector<int64_t> shape;
+  std::vector<int64_t> shape = {};
   int64_t classes = 0;
   bool operator==(const InputSpec&) const = default;
 };
