@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <string>
 
@@ -255,6 +256,35 @@ TEST(JobConfigOverrides, ErrorsNameTheOverride) {
   // Errors elsewhere in the file still point into the file.
   EXPECT_EQ(error_of("train: {epochs: 0}", {"workers=2"}),
             "job.yaml:1:17: train.epochs: expected a positive integer, got 0");
+}
+
+TEST(JobConfig, ExamplesAreValid) {
+  for (const char* name : {"fashion-cnn.yaml", "fashion-mlp.yaml", "synthetic-resnet.yaml"}) {
+    const std::string path = std::string(COHORT_SOURCE_DIR) + "/examples/" + name;
+    JobConfig c = load_job_config(path, {.overrides = {}, .check_paths = false});
+    EXPECT_EQ(c.name + ".yaml", name);
+  }
+}
+
+// Every key the resolved config can hold is documented in docs/job-config.md.
+TEST(JobConfig, EveryKeyIsDocumented) {
+  std::ifstream in(std::string(COHORT_SOURCE_DIR) + "/docs/job-config.md");
+  ASSERT_TRUE(in) << "docs/job-config.md";
+  const std::string doc((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::function<void(const YAML::Node&, const std::string&)> walk = [&](const YAML::Node& n,
+                                                                        const std::string& path) {
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      std::string key = path.empty() ? it->first.Scalar() : path + "." + it->first.Scalar();
+      if (it->second.IsMap()) {
+        walk(it->second, key);
+      } else {
+        EXPECT_NE(doc.find("| `" + key + "` |"), std::string::npos) << key << " is not documented";
+      }
+    }
+  };
+  for (const char* yaml : {"", "data: {name: synthetic}\ntrain: {optimizer: {name: adam}}"}) {
+    walk(YAML::Load(to_yaml(parse_job_config(yaml, "j"))), "");
+  }
 }
 
 TEST(YamlReader, EditDistanceAndClosestMatch) {
