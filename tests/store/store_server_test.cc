@@ -416,5 +416,18 @@ TEST(TcpStoreConnect, TimeoutErrorNamesTheServerWhenNobodyListens) {
   EXPECT_LT(since(t0), Millis(2000));
 }
 
+TEST(TcpStoreIpv6, ServesOverTheIpv6Loopback) {
+  std::unique_ptr<StoreServer> srv;
+  try {
+    srv = std::make_unique<StoreServer>(StoreServerOptions{.bind_host = "::1", .token = kToken});
+  } catch (const SystemError& e) {
+    GTEST_SKIP() << "no IPv6 loopback here: " << e.what();
+  }
+  EXPECT_EQ(srv->endpoint().str(), "[::1]:" + std::to_string(srv->port()));
+  TcpStore s(net::Endpoint::parse(srv->endpoint().str()), kToken, Millis(5000));
+  s.set("v6", to_bytes("yes"));
+  EXPECT_EQ(to_string(s.get("v6")), "yes");
+}
+
 }  // namespace
 }  // namespace cohort::store
