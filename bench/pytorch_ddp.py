@@ -1,0 +1,122 @@
+#!/usr/bin/python3
+"""PyTorch DDP baseline for Cohort's training benchmark.
+
+Trains the same models (Cohort's model zoo: mlp, cnn), on the same data (Fashion-MNIST from
+Debian's dataset-fashion-mnist), with the same hyperparameters (SGD, lr, momentum, per-worker batch
+size, epochs) and one thread per worker, using torch.distributed with the Gloo backend. Launch with
+torchrun (Debian's needs --redirects 1 --tee 1 on Python 3.11):
+
+  /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node 2 --redirects 1 --tee 1 \
+      bench/pytorch_ddp.py --model cnn --epochs 1 --batch-size 64 --lr 0.05 --momentum 0.9
+
+Rank 0 prints one JSON line: samples_per_sec (all samples trained on by all ranks / training wall
+time, data loading and evaluation excluded, like Cohort's summary.json), test_accuracy, and times.
+"""
+import argparse
+import gzip
+import json
+import os
+import struct
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    magic, = struct.unpack(">I", data[:4])
+    ndim = magic & 0xFF
+    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def load(path, split):
+    prefix = "train" if split == "train" else "t10k"
+    x = read_idx(os.path.join(path, f"{prefix}-images-idx3-ubyte.gz"))
+    y = read_idx(os.path.join(path, f"{prefix}-labels-idx1-ubyte.gz"))
+    x = torch.from_numpy(x.astype(np.float32) / 255.0).unsqueeze(1)
+    return x, torch.from_numpy(y.astype(np.int64))
+
+
+def make_model(name):
+    if name == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128),
+                             nn.ReLU(), nn.Linear(128, 10))
+    if name == "cnn":
+        return nn.Sequential(nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
+    raise SystemExit(f"unknown model {name}")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="cnn")
+    p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--bucket-mb", type=float, default=25)
+    args = p.parse_args()
+
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(args.seed)
+
+    x_train, y_train = load(args.data, "train")
+    x_test, y_test = load(args.data, "test")
+    model = make_model(args.model)
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb)
+    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
+    sampler = torch.utils.data.distributed.DistributedSampler(
+        range(len(y_train)), num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
+
+    samples = 0
+    dist.barrier()
+    t0 = time.perf_counter()
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        idx = torch.tensor(list(iter(sampler)))
+        for start in range(0, len(idx), args.batch_size):
+            b = idx[start:start + args.batch_size]
+            xb, yb = x_train[b], y_train[b]
+            opt.zero_grad()
+            loss = F.cross_entropy(ddp(xb), yb)
+            loss.backward()
+            opt.step()
+            samples += len(b)
+    dist.barrier()
+    train_seconds = time.perf_counter() - t0
+
+    model.eval()
+    correct = torch.zeros(2, dtype=torch.float64)
+    with torch.no_grad():
+        sel = torch.arange(rank, len(y_test), world)
+        for s in range(0, len(sel), 1000):
+            b = sel[s:s + 1000]
+            correct[0] += (model(x_test[b]).argmax(1) == y_test[b]).sum()
+            correct[1] += len(b)
+    dist.all_reduce(correct)
+    total = torch.tensor([samples], dtype=torch.float64)
+    dist.all_reduce(total)
+    if rank == 0:
+        print(json.dumps({
+            "library": "pytorch-ddp", "model": args.model, "workers": world,
+            "samples": int(total.item()), "train_seconds": train_seconds,
+            "samples_per_sec": total.item() / train_seconds,
+            "test_accuracy": (correct[0] / correct[1]).item(),
+        }), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+#include "cohort/cli/job_files.h"
+
+#include <cerrno>
+
+#include "cohort/base/clock.h"
+#include "cohort/base/error.h"
+
+namespace cohort::cli {
+
+EventLog::EventLog(const std::filesystem::path& path) : out_(path, std::ios::app) {
+  if (!out_) throw SystemError("open " + path.string(), errno);
+}
+
+void EventLog::write(nlohmann::json event) {
+  event["time"] = wall_seconds();
+  std::lock_guard lk(mu_);
+  out_ << event.dump() << "\n";
+  out_.flush();
+}
+
+}  // namespace cohort::cli

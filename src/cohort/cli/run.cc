@@ -1,0 +1,318 @@
+// `cohort run JOB.yaml`: the launcher. Starts the job's coordinator in this process, spawns one
+// `cohort worker` process per worker, shows progress, and writes the run directory:
+//   config.yaml      the resolved job file
+//   metrics.jsonl    one progress record per logged step
+//   events.jsonl     job lifecycle events (start, worker exits, failures, finish)
+//   logs/rank-N.log  each worker's own log
+//   checkpoints/     periodic checkpoints (written by rank 0)
+//   summary.json     the outcome
+// Ctrl-C (SIGINT) or SIGTERM stops every worker and the job ends as "cancelled"; workers also die
+// with the launcher if it is killed (PR_SET_PDEATHSIG), so no process is ever orphaned.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cohort/base/checksum.h"
+#include "cohort/base/clock.h"
+#include "cohort/base/error.h"
+#include "cohort/base/file.h"
+#include "cohort/cli/args.h"
+#include "cohort/cli/commands.h"
+#include "cohort/cli/job_files.h"
+#include "cohort/elastic/coordinator.h"
+#include "cohort/elastic/process.h"
+#include "cohort/train/config.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace cohort::cli {
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+std::string timestamp_for_dir() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", &tm);
+  return buf;
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "--:--";
+  long t = static_cast<long>(s + 0.5);
+  char buf[32];
+  if (t >= 3600) {
+    std::snprintf(buf, sizeof(buf), "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%ld:%02ld", t / 60, t % 60);
+  }
+  return buf;
+}
+
+// Prints progress: a bar redrawn in place on a terminal, one plain line per record otherwise.
+class ProgressPrinter {
+ public:
+  ProgressPrinter() : tty_(::isatty(STDOUT_FILENO)) {}
+
+  void record(const json& m) {
+    long step = m.value("step", 0L), total = m.value("total_steps", 0L);
+    double rate = m.value("samples_per_sec", 0.0), steps_per_sec = m.value("steps_per_sec", 0.0);
+    double eta = steps_per_sec > 0 ? (total - step) / steps_per_sec : NAN;
+    char line[256];
+    std::snprintf(line, sizeof(line), "epoch %ld/%ld  step %ld/%ld  loss %.4f  %.0f samples/s  ETA %s",
+                  m.value("epoch", 0L) + 1, m.value("epochs", 1L), step, total,
+                  m.value("loss", 0.0), rate, format_duration(eta).c_str());
+    if (tty_) {
+      int width = 24;
+      int filled = total > 0 ? static_cast<int>(width * step / total) : 0;
+      std::string bar(static_cast<size_t>(filled), '#');
+      bar.resize(static_cast<size_t>(width), '.');
+      std::printf("\r[%s] %s\033[K", bar.c_str(), line);
+    } else {
+      std::printf("%s\n", line);
+    }
+    std::fflush(stdout);
+    drawn_ = tty_;
+  }
+  void end_line() {
+    if (drawn_) std::printf("\n");
+    drawn_ = false;
+  }
+
+ private:
+  bool tty_;
+  bool drawn_ = false;
+};
+
+json aggregate_summary(const std::vector<json>& per_rank, const train::JobConfig& cfg,
+                       double wall) {
+  json s;
+  s["status"] = "completed";
+  s["name"] = cfg.name;
+  s["world_size"] = per_rank.size();
+  const json& r0 = per_rank.at(0);
+  s["steps"] = r0.value("steps", 0L);
+  s["epochs"] = r0.value("epochs", 0.0);
+  s["test_accuracy"] = r0.value("test_accuracy", 0.0);
+  s["test_loss"] = r0.value("test_loss", 0.0);
+  s["final_loss"] = r0.value("final_loss", 0.0);
+  double train_seconds = 0, comm = 0, compute = 0;
+  uint64_t samples = 0, bytes = 0;
+  for (const auto& r : per_rank) {
+    samples += r.value("samples", 0UL);
+    bytes += r.value("comm_bytes", 0UL);
+    train_seconds = std::max(train_seconds, r.value("train_seconds", 0.0));
+    comm += r.value("comm_seconds", 0.0);
+    compute += r.value("compute_seconds", 0.0);
+  }
+  double n = static_cast<double>(per_rank.size());
+  s["samples"] = samples;
+  s["train_seconds"] = train_seconds;
+  s["samples_per_sec"] = train_seconds > 0 ? samples / train_seconds : 0.0;
+  s["wall_seconds"] = wall;
+  s["comm_seconds"] = comm / n;        // mean over ranks of the time blocked on gradient exchange
+  s["compute_seconds"] = compute / n;  // mean over ranks
+  s["comm_bytes"] = bytes;             // sent by all ranks together
+  s["per_rank"] = per_rank;
+  return s;
+}
+
+void print_report(const json& s, const std::string& run_dir) {
+  double comm = s.value("comm_seconds", 0.0), compute = s.value("compute_seconds", 0.0);
+  std::printf("\n%s: %ld workers, %ld steps, %.2f epochs in %s\n",
+              s.value("status", std::string("?")).c_str(), s.value("world_size", 0L),
+              s.value("steps", 0L), s.value("epochs", 0.0),
+              format_duration(s.value("wall_seconds", 0.0)).c_str());
+  std::printf("  test accuracy     %.4f\n", s.value("test_accuracy", 0.0));
+  std::printf("  throughput        %.0f samples/s\n", s.value("samples_per_sec", 0.0));
+  std::printf("  time per worker   %.1f s computing, %.1f s waiting on gradient exchange (%.0f%%)\n",
+              compute, comm, compute + comm > 0 ? 100.0 * comm / (compute + comm) : 0.0);
+  std::printf("  bytes sent        %.1f MB (all workers)\n", s.value("comm_bytes", 0.0) / 1e6);
+  std::printf("  run directory     %s\n", run_dir.c_str());
+}
+
+std::string tail_of(const fs::path& p, size_t max_bytes = 2000) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  auto size = static_cast<size_t>(in.tellg());
+  size_t start = size > max_bytes ? size - max_bytes : 0;
+  in.seekg(static_cast<std::streamoff>(start));
+  std::string s(size - start, '\0');
+  in.read(s.data(), static_cast<std::streamsize>(s.size()));
+  return s;
+}
+
+int usage(std::ostream& os, int code) {
+  os << "usage: cohort run JOB.yaml [--set key=value]... [--run-dir DIR]\n"
+        "       cohort run --resume RUN_DIR [--set key=value]...\n\n"
+        "Runs a training job on this machine: a coordinator in this process and one worker\n"
+        "process per worker. Ctrl-C stops the job cleanly.\n";
+  return code;
+}
+
+}  // namespace
+
+int run_main(int argc, char** argv) {
+  Args args(argc, argv, {"set", "run-dir", "resume", "bind", "port"}, {"help"});
+  if (args.has("help")) return usage(std::cout, 0);
+  std::string resume_dir = args.get_or("resume", "");
+  if (args.positionals().size() != (resume_dir.empty() ? 1u : 0u)) return usage(std::cerr, 2);
+
+  // Resolve the job: from the job file, or from the run directory being resumed.
+  std::string job_path =
+      resume_dir.empty() ? args.positionals()[0] : (fs::path(resume_dir) / "config.yaml").string();
+  train::LoadOptions load_options;
+  load_options.overrides = args.all("set");
+  train::JobConfig cfg = train::load_job_config(job_path, load_options);
+
+  fs::path run_dir = !resume_dir.empty() ? fs::path(resume_dir)
+                     : args.has("run-dir")
+                         ? fs::path(*args.get("run-dir"))
+                         : fs::path("runs") / (cfg.name + "-" + timestamp_for_dir());
+  fs::create_directories(run_dir / "logs");
+  fs::create_directories(run_dir / "checkpoints");
+  write_file_atomically(run_dir / "config.yaml", train::to_yaml(cfg));
+  EventLog events(run_dir / "events.jsonl");
+
+  uint8_t raw[32];
+  random_bytes(raw, sizeof(raw));
+  std::string token = to_hex(raw, sizeof(raw));
+
+  elastic::Coordinator coordinator({
+      .bind_host = args.get_or("bind", "127.0.0.1"),
+      .port = static_cast<uint16_t>(args.get_int("port", 0)),
+      .token = token,
+      .world_size = static_cast<int>(cfg.workers),
+      .config_yaml = train::to_yaml(cfg),
+      .run_dir = fs::absolute(run_dir).string(),
+      .resume_from = resume_dir.empty() ? "" : fs::absolute(run_dir / "checkpoints").string(),
+  });
+  auto ep = coordinator.endpoint();
+  events.write({{"event", resume_dir.empty() ? "job_started" : "job_resumed"},
+                {"workers", cfg.workers},
+                {"coordinator", ep.str()}});
+  std::printf("cohort: job '%s' with %ld workers, run directory %s\n", cfg.name.c_str(),
+              static_cast<long>(cfg.workers), run_dir.c_str());
+  std::fflush(stdout);
+
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  auto start = Clock::now();
+  std::string self = elastic::self_executable();
+  std::vector<elastic::ChildProcess> workers;
+  for (int r = 0; r < cfg.workers; ++r) {
+    std::string log = (run_dir / "logs" / ("rank-" + std::to_string(r) + ".log")).string();
+    workers.push_back(elastic::ChildProcess::spawn({
+        .executable = self,
+        .args = {"worker", "--join", "127.0.0.1:" + std::to_string(ep.port), "--rank",
+                 std::to_string(r)},
+        .env = {{"COHORT_TOKEN", token}},
+        .stdout_path = log,
+        .stderr_path = log,
+    }));
+    events.write({{"event", "worker_started"}, {"rank", r}, {"pid", workers.back().pid()}});
+  }
+
+  std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
+  ProgressPrinter progress;
+  std::string status = "completed", error;
+  std::vector<bool> exited(workers.size(), false);
+  for (;;) {
+    for (auto& m : coordinator.poll_metrics()) {
+      metrics << m.dump() << "\n";
+      metrics.flush();
+      progress.record(m);
+    }
+    if (int sig = g_stop_signal.load()) {
+      status = "cancelled";
+      error = std::string("stopped by signal ") + sigabbrev_np(sig);
+      break;
+    }
+    bool all_done = true, failed = false;
+    for (size_t r = 0; r < workers.size(); ++r) {
+      auto st = workers[r].poll();
+      if (!st) {
+        all_done = false;
+        continue;
+      }
+      if (!exited[r]) {
+        exited[r] = true;
+        events.write({{"event", "worker_exited"}, {"rank", r}, {"status", st->describe()}});
+      }
+      if (!st->ok()) {
+        failed = true;
+        auto reported = coordinator.failure();
+        error = "worker " + std::to_string(r) + " (pid " + std::to_string(workers[r].pid()) + ") " +
+                st->describe();
+        if (reported) error += ": rank " + std::to_string(reported->first) + ": " + reported->second;
+      }
+    }
+    if (failed) {
+      status = "failed";
+      break;
+    }
+    if (all_done) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  for (auto& m : coordinator.poll_metrics()) {
+    metrics << m.dump() << "\n";
+    progress.record(m);
+  }
+  progress.end_line();
+  for (auto& w : workers) w.terminate(std::chrono::seconds(5));
+  double wall = std::chrono::duration<double>(Clock::now() - start).count();
+
+  json summary;
+  auto per_rank = coordinator.summaries();
+  if (status == "completed" && !per_rank) {
+    status = "failed";
+    error = "workers exited without reporting a summary";
+  }
+  if (per_rank) {
+    summary = aggregate_summary(*per_rank, cfg, wall);
+  } else {
+    summary = {{"name", cfg.name}, {"world_size", cfg.workers}, {"wall_seconds", wall}};
+  }
+  summary["status"] = status;
+  if (!error.empty()) summary["error"] = error;
+  write_file_atomically(run_dir / "summary.json", summary.dump(2) + "\n");
+  events.write({{"event", "job_" + status}, {"error", error}});
+
+  if (status == "completed") {
+    print_report(summary, run_dir.string());
+    return 0;
+  }
+  std::fprintf(stderr, "\ncohort: job %s: %s\n", status.c_str(), error.c_str());
+  if (status == "failed") {
+    for (size_t r = 0; r < workers.size(); ++r) {
+      auto st = workers[r].poll();
+      if (st && !st->ok() && st->signal != SIGTERM) {
+        auto log = run_dir / "logs" / ("rank-" + std::to_string(r) + ".log");
+        std::fprintf(stderr, "--- last lines of %s ---\n%s\n", log.c_str(), tail_of(log).c_str());
+        break;
+      }
+    }
+  }
+  return status == "cancelled" ? 130 : 1;
+}
+
+}  // namespace cohort::cli

@@ -1,0 +1,62 @@
+// `cohort worker --join HOST:PORT`: one worker of a job. Started by `cohort run` on this machine, or
+// by whatever runs processes on a cluster (mpirun, srun, a Kubernetes Indexed Job). The job token
+// comes from the COHORT_TOKEN environment variable (or --token-file), never from the command line.
+#include <cstdlib>
+#include <iostream>
+
+#include "cohort/base/error.h"
+#include "cohort/base/file.h"
+#include "cohort/cli/args.h"
+#include "cohort/cli/commands.h"
+#include "cohort/net/socket.h"
+#include "cohort/train/worker.h"
+
+namespace cohort::cli {
+namespace {
+
+// The rank a cluster launcher assigned, if any.
+int rank_from_environment() {
+  for (const char* var : {"COHORT_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
+                          "SLURM_PROCID", "JOB_COMPLETION_INDEX"}) {
+    if (const char* v = std::getenv(var)) {
+      try {
+        return std::stoi(v);
+      } catch (const std::exception&) {
+        throw ConfigError(std::string("environment variable ") + var + "='" + v +
+                          "' is not a rank");
+      }
+    }
+  }
+  return -1;
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+int worker_main(int argc, char** argv) {
+  Args args(argc, argv, {"join", "rank", "token-file", "bind"}, {"help"});
+  if (args.has("help") || !args.has("join")) {
+    (args.has("help") ? std::cout : std::cerr)
+        << "usage: cohort worker --join HOST:PORT [--rank R] [--bind HOST] [--token-file F]\n"
+           "The job token is read from COHORT_TOKEN or --token-file.\n";
+    return args.has("help") ? 0 : 2;
+  }
+  train::WorkerOptions opts;
+  opts.coordinator = net::Endpoint::parse(*args.get("join"));
+  if (auto f = args.get("token-file")) {
+    opts.token = trim(read_file(*f));
+  } else if (const char* t = std::getenv("COHORT_TOKEN")) {
+    opts.token = t;
+  } else {
+    throw ConfigError("no job token: set COHORT_TOKEN or pass --token-file");
+  }
+  opts.rank = static_cast<int>(args.get_int("rank", rank_from_environment()));
+  opts.bind_host = args.get_or("bind", "127.0.0.1");
+  return train::run_worker(opts);
+}
+
+}  // namespace cohort::cli

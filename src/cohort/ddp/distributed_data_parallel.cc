@@ -1,0 +1,261 @@
+#include "cohort/ddp/distributed_data_parallel.h"
+
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include <sstream>
+
+#include "cohort/base/checksum.h"
+#include "cohort/base/clock.h"
+#include "cohort/base/error.h"
+
+namespace cohort::ddp {
+
+DType to_comm_dtype(const torch::Tensor& t) {
+  switch (t.scalar_type()) {
+    case torch::kFloat32: return DType::F32;
+    case torch::kFloat64: return DType::F64;
+    case torch::kFloat16: return DType::F16;
+    case torch::kBFloat16: return DType::BF16;
+    case torch::kInt32: return DType::I32;
+    case torch::kInt64: return DType::I64;
+    default:
+      throw Error(std::string("tensors of type ") + c10::toString(t.scalar_type()) +
+                  " cannot be communicated");
+  }
+}
+
+Buffer as_buffer(const torch::Tensor& t) {
+  if (!t.is_contiguous()) throw Error("as_buffer: tensor is not contiguous");
+  return Buffer{to_comm_dtype(t), t.data_ptr(), static_cast<size_t>(t.numel())};
+}
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
+                                                 comm::Communicator& comm, DdpOptions options)
+    : module_(std::move(module)), comm_(comm), options_(options) {
+  for (auto& p : module_->parameters(/*recurse=*/true)) {
+    if (!p.requires_grad()) continue;
+    params_.push_back(ParamSlot{p});
+  }
+  if (options_.broadcast_on_construct) broadcast_parameters(0);
+  build_buckets();
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  // Hooks capture `this`; drop them so a module that outlives us does not call into freed memory.
+  for (auto& s : params_) {
+    if (s.param.defined()) s.param.remove_hook(s.hook);
+  }
+  // Drain in-flight allreduces: their buffers are ours.
+  for (auto& b : buckets_) {
+    if (b.work) {
+      try {
+        b.work->wait();
+      } catch (const std::exception&) {
+        // The error was or will be reported by the communicator's users.
+      }
+    }
+  }
+}
+
+void DistributedDataParallel::build_buckets() {
+  // Reverse registration order approximates the order in which backward produces gradients.
+  // Buckets group parameters of one dtype; the first bucket is small so communication starts early.
+  Bucket current;
+  size_t current_bytes = 0;
+  auto capacity = [&] {
+    return buckets_.empty() ? options_.first_bucket_bytes : options_.bucket_bytes;
+  };
+  std::vector<std::pair<size_t, size_t>> members;  // (param index, numel)
+  auto flush = [&] {
+    if (current.params.empty()) return;
+    int64_t total = 0;
+    for (size_t k = 0; k < current.params.size(); ++k) {
+      current.offsets.push_back(total);
+      total += params_[current.params[k]].param.numel();
+    }
+    current.flat = torch::zeros({total}, params_[current.params[0]].param.options()
+                                             .requires_grad(false));
+    for (size_t k = 0; k < current.params.size(); ++k) {
+      params_[current.params[k]].bucket = buckets_.size();
+      params_[current.params[k]].index_in_bucket = k;
+    }
+    buckets_.push_back(std::move(current));
+    current = Bucket{};
+    current_bytes = 0;
+  };
+  for (size_t i = params_.size(); i-- > 0;) {
+    const auto& p = params_[i].param;
+    size_t bytes = static_cast<size_t>(p.numel()) * p.element_size();
+    if (!current.params.empty() &&
+        (current_bytes + bytes > capacity() ||
+         params_[current.params[0]].param.scalar_type() != p.scalar_type())) {
+      flush();
+    }
+    current.params.push_back(i);
+    current_bytes += bytes;
+  }
+  flush();
+
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i].hook = params_[i].param.register_hook(
+        [this, i](const torch::Tensor& grad) { on_gradient(i, grad); });
+  }
+}
+
+std::vector<std::vector<size_t>> DistributedDataParallel::bucket_layout() const {
+  std::vector<std::vector<size_t>> out;
+  for (const auto& b : buckets_) out.push_back(b.params);
+  return out;
+}
+
+void DistributedDataParallel::start_backward() {
+  for (auto& b : buckets_) {
+    b.pending = b.params.size();
+    b.work.reset();
+  }
+  for (auto& s : params_) s.ready = false;
+  next_to_launch_ = 0;
+  in_backward_ = true;
+}
+
+void DistributedDataParallel::on_gradient(size_t i, const torch::Tensor& grad) {
+  if (!in_backward_) return;  // a backward outside DDP's control: leave gradients local
+  auto& slot = params_[i];
+  auto& b = buckets_[slot.bucket];
+  if (slot.ready) {
+    throw Error("parameter " + std::to_string(i) +
+                " received two gradients in one backward; call backward once per step");
+  }
+  slot.ready = true;
+  int64_t off = b.offsets[slot.index_in_bucket];
+  b.flat.narrow(0, off, grad.numel()).view(grad.sizes()).copy_(grad);
+  if (--b.pending == 0) launch_ready_buckets();
+}
+
+void DistributedDataParallel::launch_ready_buckets() {
+  // Launch in bucket order only: every rank issues the same collectives in the same order.
+  while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
+    launch(buckets_[next_to_launch_++]);
+  }
+}
+
+void DistributedDataParallel::launch(Bucket& b) {
+  b.work = comm_.allreduce(as_buffer(b.flat), {.op = comm::ReduceOp::Avg,
+                                               .algorithm = options_.algorithm,
+                                               .timeout = options_.timeout});
+}
+
+void DistributedDataParallel::finish_backward() {
+  if (!in_backward_) throw Error("finish_backward() without start_backward()");
+  in_backward_ = false;
+  // Parameters that took no part in this step's loss contribute zeros, so every rank still issues
+  // every bucket's allreduce.
+  for (auto& b : buckets_) {
+    if (b.pending == 0) continue;
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      auto& slot = params_[b.params[k]];
+      if (!slot.ready) {
+        b.flat.narrow(0, b.offsets[k], slot.param.numel()).zero_();
+        slot.ready = true;
+      }
+    }
+    b.pending = 0;
+  }
+  launch_ready_buckets();
+
+  auto t0 = Clock::now();
+  for (auto& b : buckets_) b.work->wait();
+  stats_.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+
+  torch::NoGradGuard no_grad;
+  for (auto& b : buckets_) {
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      auto& p = params_[b.params[k]].param;
+      auto avg = b.flat.narrow(0, b.offsets[k], p.numel()).view(p.sizes());
+      if (p.grad().defined()) {
+        p.mutable_grad().copy_(avg);
+      } else {
+        p.mutable_grad() = avg.clone();
+      }
+    }
+    b.work.reset();
+  }
+  stats_.buckets_reduced += buckets_.size();
+  stats_.steps += 1;
+}
+
+void DistributedDataParallel::backward(const torch::Tensor& loss) {
+  start_backward();
+  try {
+    loss.backward();
+  } catch (...) {
+    in_backward_ = false;
+    throw;
+  }
+  finish_backward();
+}
+
+void DistributedDataParallel::broadcast_parameters(int root) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> tensors;
+  for (auto& p : module_->parameters(true)) tensors.push_back(p);
+  for (auto& b : module_->buffers(true)) tensors.push_back(b);
+  // One broadcast per dtype group of flattened tensors instead of one per tensor.
+  std::map<c10::ScalarType, std::vector<torch::Tensor>> groups;
+  for (auto& t : tensors) groups[t.scalar_type()].push_back(t);
+  for (auto& [type, group] : groups) {
+    std::vector<torch::Tensor> flat_parts;
+    for (auto& t : group) flat_parts.push_back(t.detach().reshape({-1}));
+    auto flat = torch::cat(flat_parts).contiguous();
+    comm_.broadcast(as_buffer(flat), {.root = root, .timeout = options_.timeout})->wait();
+    int64_t off = 0;
+    for (auto& t : group) {
+      t.detach().copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+      off += t.numel();
+    }
+  }
+}
+
+std::string DistributedDataParallel::broadcast_bytes(const std::string& bytes, int root) {
+  int64_t len = static_cast<int64_t>(bytes.size());
+  comm_.broadcast(Buffer{DType::I64, &len, 1}, {.root = root, .timeout = options_.timeout})->wait();
+  // Bytes travel as whole i64 words.
+  std::vector<int64_t> words(static_cast<size_t>((len + 7) / 8), 0);
+  if (comm_.rank() == root) std::memcpy(words.data(), bytes.data(), bytes.size());
+  comm_.broadcast(Buffer{DType::I64, words.data(), words.size()},
+                  {.root = root, .timeout = options_.timeout})
+      ->wait();
+  return std::string(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(len));
+}
+
+void DistributedDataParallel::broadcast_optimizer_state(torch::optim::Optimizer& optimizer,
+                                                        int root) {
+  std::string bytes;
+  if (comm_.rank() == root) {
+    torch::serialize::OutputArchive archive;
+    optimizer.save(archive);
+    std::ostringstream os;
+    archive.save_to(os);
+    bytes = os.str();
+  }
+  bytes = broadcast_bytes(bytes, root);
+  if (comm_.rank() != root) {
+    torch::serialize::InputArchive archive;
+    std::istringstream is(bytes);
+    archive.load_from(is);
+    optimizer.load(archive);
+  }
+}
+
+std::string DistributedDataParallel::parameter_digest() const {
+  std::string all;
+  for (const auto& s : params_) {
+    auto t = s.param.detach().contiguous();
+    all.append(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size());
+  }
+  Digest d = sha256(all.data(), all.size());
+  return to_hex(d.data(), d.size());
+}
+
+}  // namespace cohort::ddp

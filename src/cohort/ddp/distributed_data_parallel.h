@@ -1,0 +1,112 @@
+// DistributedDataParallel: data-parallel training of any torch::nn::Module over a Communicator.
+//
+// Gradients are gathered into buckets in the order autograd produces them (parameters in reverse
+// registration order, the order backward visits them). A hook on each parameter copies its gradient
+// into its bucket the moment autograd computes it; when a bucket is full it is averaged across ranks
+// by an asynchronous allreduce on the communication thread while backward goes on computing the
+// gradients of earlier layers. Before the optimizer step, finish_backward() waits for every bucket
+// and writes the averaged gradients back into each parameter's .grad().
+//
+// Buckets are launched strictly in bucket order on every rank, so the collectives' sequence numbers
+// line up across ranks. Every element of the averaged gradient is reduced once and copied to all
+// ranks, so replicas that start equal stay bitwise equal.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/comm/communicator.h"
+
+namespace cohort::ddp {
+
+struct DdpOptions {
+  // Capacity of each gradient bucket. The first bucket is smaller (first_bucket_bytes) so that
+  // communication starts as early as possible in backward.
+  size_t bucket_bytes = 25u << 20;
+  size_t first_bucket_bytes = 1u << 20;
+  comm::Algorithm algorithm = comm::Algorithm::Auto;
+  std::chrono::milliseconds timeout{0};  // 0: the communicator's default
+  // Broadcast parameters and buffers from rank 0 at construction.
+  bool broadcast_on_construct = true;
+};
+
+// Time and bytes spent on gradient synchronisation, cumulative.
+struct DdpStats {
+  double wait_seconds = 0;  // time finish_backward() blocked waiting for allreduces
+  uint64_t buckets_reduced = 0;
+  uint64_t steps = 0;
+};
+
+class DistributedDataParallel {
+ public:
+  DistributedDataParallel(std::shared_ptr<torch::nn::Module> module, comm::Communicator& comm,
+                          DdpOptions options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  torch::nn::Module& module() { return *module_; }
+
+  // loss.backward() with gradient synchronisation: start_backward(), backward, finish_backward().
+  void backward(const torch::Tensor& loss);
+  void start_backward();
+  void finish_backward();
+
+  // Copies rank `root`'s parameters and buffers to every rank.
+  void broadcast_parameters(int root = 0);
+  // Copies rank `root`'s optimizer state (e.g. momentum buffers) to every rank.
+  void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root = 0);
+  // Copies an opaque byte string from root to every rank (length first, then bytes).
+  std::string broadcast_bytes(const std::string& bytes, int root = 0);
+
+  // SHA-256 over every parameter's bytes in registration order, hex.
+  std::string parameter_digest() const;
+
+  const DdpStats& stats() const { return stats_; }
+  size_t bucket_count() const { return buckets_.size(); }
+  // Parameter indices of each bucket (registration order indices), for tests and tracing.
+  std::vector<std::vector<size_t>> bucket_layout() const;
+
+ private:
+  struct Bucket {
+    torch::Tensor flat;                 // contiguous, holds every gradient of the bucket
+    std::vector<size_t> params;         // indices into params_
+    std::vector<int64_t> offsets;       // element offset of each param in flat
+    size_t pending = 0;                 // gradients still to arrive this step
+    std::shared_ptr<comm::Work> work;   // the in-flight allreduce
+  };
+  struct ParamSlot {
+    torch::Tensor param;
+    size_t bucket = 0;
+    size_t index_in_bucket = 0;
+    bool ready = false;
+    unsigned hook = 0;
+  };
+
+  void build_buckets();
+  void on_gradient(size_t param_index, const torch::Tensor& grad);
+  void launch_ready_buckets();
+  void launch(Bucket& b);
+
+  std::shared_ptr<torch::nn::Module> module_;
+  comm::Communicator& comm_;
+  DdpOptions options_;
+  std::vector<ParamSlot> params_;
+  std::vector<Bucket> buckets_;
+  size_t next_to_launch_ = 0;
+  bool in_backward_ = false;
+  DdpStats stats_;
+};
+
+// Maps a torch dtype to the communication core's DType (throws for unsupported types).
+DType to_comm_dtype(const torch::Tensor& t);
+// A Buffer over a contiguous tensor's storage.
+Buffer as_buffer(const torch::Tensor& t);
+
+}  // namespace cohort::ddp

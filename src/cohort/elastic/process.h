@@ -1,0 +1,60 @@
+// Child processes of the launcher: spawned with their own environment, killed with their parent
+// (PR_SET_PDEATHSIG), and reaped without blocking. The launcher never leaves an orphan.
+// PR_SET_PDEATHSIG fires when the spawning *thread* exits: spawn from a thread that lives as long
+// as the children should (the launcher spawns from its main thread).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cohort::elastic {
+
+struct ExitStatus {
+  int code = 0;     // exit code when exited normally
+  int signal = 0;   // terminating signal, 0 if exited normally
+  bool ok() const { return signal == 0 && code == 0; }
+  std::string describe() const;  // "exited with code 3" / "killed by signal 9 (SIGKILL)"
+};
+
+struct SpawnOptions {
+  std::string executable;                     // path; "/proc/self/exe" for this binary
+  std::vector<std::string> args;              // argv[1..]
+  std::map<std::string, std::string> env;     // added to (and overriding) the parent's environment
+  std::string stdout_path;                    // empty: inherit
+  std::string stderr_path;                    // empty: inherit
+};
+
+class ChildProcess {
+ public:
+  ChildProcess() = default;
+  static ChildProcess spawn(const SpawnOptions& options);
+  ~ChildProcess();
+  ChildProcess(ChildProcess&& o) noexcept;
+  ChildProcess& operator=(ChildProcess&& o) noexcept;
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool running() const { return pid_ > 0 && !status_; }
+  // Non-blocking reap; returns the status once the child has exited.
+  std::optional<ExitStatus> poll();
+  // Blocks up to `timeout`; returns nullopt if still running.
+  std::optional<ExitStatus> wait_for(std::chrono::milliseconds timeout);
+  void signal(int sig);
+  // SIGTERM, then SIGKILL after `grace`; always reaps.
+  ExitStatus terminate(std::chrono::milliseconds grace = std::chrono::seconds(5));
+
+ private:
+  pid_t pid_ = -1;
+  std::optional<ExitStatus> status_;
+};
+
+// Path of the running executable (readlink /proc/self/exe).
+std::string self_executable();
+
+}  // namespace cohort::elastic
