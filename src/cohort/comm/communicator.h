@@ -32,7 +32,11 @@ struct CommConfig {
   int socket_buffer_bytes = 4 << 20;        // SO_SNDBUF/SO_RCVBUF of every data connection
   // During setup, an accepted connection that has not authenticated within this is dropped.
   std::chrono::milliseconds handshake_timeout{3000};
-  std::string store_prefix = "comm";        // keys this communicator uses in the store
+  // Keys this communicator uses in the store: "<prefix>/addr/<rank>" (rendezvous),
+  // "<prefix>/failed/<rank>" (why a rank failed, and which rank it blames) and
+  // "<prefix>/stuck/<seq>/<rank>" (what a rank waited for when collective #seq timed out). Use a
+  // fresh prefix for every communicator built on one store (e.g. one per membership epoch).
+  std::string store_prefix = "comm";
 };
 
 // Totals since the communicator was created (all ranks' own view).

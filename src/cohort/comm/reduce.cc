@@ -1,6 +1,8 @@
-// The loops below are written so that GCC vectorises them at -O3. Each public kernel is compiled
-// twice (target_clones): once for AVX2 and once for the baseline ISA, and the dynamic loader picks
-// the AVX2 clone on CPUs that have it, so the binary runs everywhere without requiring AVX2.
+// The loops below are written so that GCC vectorises them at -O3. Each kernel is compiled twice,
+// once with the AVX2 target attribute and once for the baseline ISA, and the AVX2 version is picked
+// at run time on CPUs that have it, so the binary runs everywhere without requiring AVX2. (The
+// choice is an explicit CPU check rather than target_clones: an ifunc resolver runs before the
+// sanitizer runtimes are initialised and crashes the TSan build.)
 // f16 uses the F16C conversion instructions when present (checked once at run time) and the
 // portable scalar conversions of half.h otherwise; bf16 conversions are integer shifts that
 // vectorise on their own.
@@ -16,10 +18,10 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define COHORT_X86 1
-#define COHORT_CLONES __attribute__((target_clones("avx2", "default")))
+#define COHORT_AVX2 __attribute__((target("avx2")))
 #else
 #define COHORT_X86 0
-#define COHORT_CLONES
+#define COHORT_AVX2
 #endif
 
 namespace cohort::comm {
@@ -67,11 +69,31 @@ COHORT_INLINE void f16_loop_portable(uint16_t* dst, const uint16_t* a, const uin
   }
 }
 
-// One non-template function per (type, op) so target_clones applies to each.
-#define COHORT_KERNEL(name, T, OP)                                                    \
-  COHORT_CLONES void name(void* d, const void* a, const void* b, size_t n) {          \
-    loop<T, OP>(static_cast<T*>(d), static_cast<const T*>(a), static_cast<const T*>(b), n); \
+bool have_avx2() {
+#if COHORT_X86
+  static const bool ok = __builtin_cpu_supports("avx2");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+// Defines name(...) which runs `body` compiled for AVX2 or for the baseline, whichever the CPU
+// supports. The loop templates are always_inline, so each copy is vectorised for its target.
+#define COHORT_DISPATCH(name, params, args, body)          \
+  COHORT_AVX2 void name##_avx2 params { body; }            \
+  void name##_base params { body; }                        \
+  void name params {                                       \
+    if (have_avx2()) return name##_avx2 args;              \
+    name##_base args;                                      \
   }
+#define COHORT_KERNEL_PARAMS (void* d, const void* a, const void* b, size_t n)
+#define COHORT_KERNEL_ARGS (d, a, b, n)
+
+#define COHORT_KERNEL(name, T, OP)                                            \
+  COHORT_DISPATCH(name, COHORT_KERNEL_PARAMS, COHORT_KERNEL_ARGS,             \
+                  (loop<T, OP>(static_cast<T*>(d), static_cast<const T*>(a), \
+                               static_cast<const T*>(b), n)))
 COHORT_KERNEL(sum_f32, float, Sum)
 COHORT_KERNEL(max_f32, float, Max)
 COHORT_KERNEL(min_f32, float, Min)
@@ -84,18 +106,15 @@ COHORT_KERNEL(max_i64, int64_t, Max)
 COHORT_KERNEL(min_i64, int64_t, Min)
 #undef COHORT_KERNEL
 
-COHORT_CLONES void sum_i32(void* d, const void* a, const void* b, size_t n) {
-  int_sum<int32_t, uint32_t>(d, a, b, n);
-}
-COHORT_CLONES void sum_i64(void* d, const void* a, const void* b, size_t n) {
-  int_sum<int64_t, uint64_t>(d, a, b, n);
-}
+COHORT_DISPATCH(sum_i32, COHORT_KERNEL_PARAMS, COHORT_KERNEL_ARGS,
+                (int_sum<int32_t, uint32_t>(d, a, b, n)))
+COHORT_DISPATCH(sum_i64, COHORT_KERNEL_PARAMS, COHORT_KERNEL_ARGS,
+                (int_sum<int64_t, uint64_t>(d, a, b, n)))
 
-#define COHORT_BF16_KERNEL(name, OP)                                        \
-  COHORT_CLONES void name(void* d, const void* a, const void* b, size_t n) { \
-    bf16_loop<OP>(static_cast<uint16_t*>(d), static_cast<const uint16_t*>(a), \
-                  static_cast<const uint16_t*>(b), n);                        \
-  }
+#define COHORT_BF16_KERNEL(name, OP)                                                   \
+  COHORT_DISPATCH(name, COHORT_KERNEL_PARAMS, COHORT_KERNEL_ARGS,                      \
+                  (bf16_loop<OP>(static_cast<uint16_t*>(d), static_cast<const uint16_t*>(a), \
+                                 static_cast<const uint16_t*>(b), n)))
 COHORT_BF16_KERNEL(sum_bf16, Sum)
 COHORT_BF16_KERNEL(max_bf16, Max)
 COHORT_BF16_KERNEL(min_bf16, Min)
@@ -132,7 +151,7 @@ __attribute__((target("avx2,f16c"))) void f16_loop_f16c(uint16_t* dst, const uin
 }
 
 bool have_f16c() {
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool ok = have_avx2() && __builtin_cpu_supports("f16c");
   return ok;
 }
 #endif
@@ -168,19 +187,17 @@ COHORT_INLINE void div_loop(T* p, size_t n, T d) {
   for (size_t i = 0; i < n; ++i) p[i] = p[i] / d;
 }
 
-COHORT_CLONES void div_f32(void* p, size_t n, int d) {
-  div_loop(static_cast<float*>(p), n, static_cast<float>(d));
-}
-COHORT_CLONES void div_f64(void* p, size_t n, int d) {
-  div_loop(static_cast<double*>(p), n, static_cast<double>(d));
-}
+COHORT_DISPATCH(div_f32, (void* p, size_t n, int d), (p, n, d),
+                (div_loop(static_cast<float*>(p), n, static_cast<float>(d))))
+COHORT_DISPATCH(div_f64, (void* p, size_t n, int d), (p, n, d),
+                (div_loop(static_cast<double*>(p), n, static_cast<double>(d))))
 void div_i32(void* p, size_t n, int d) { div_loop(static_cast<int32_t*>(p), n, int32_t{d}); }
 void div_i64(void* p, size_t n, int d) { div_loop(static_cast<int64_t*>(p), n, int64_t{d}); }
-COHORT_CLONES void div_bf16(void* p, size_t n, int d) {
-  auto* h = static_cast<uint16_t*>(p);
-  const float df = static_cast<float>(d);
+COHORT_INLINE void div_bf16_loop(uint16_t* h, size_t n, float df) {
   for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(bf16_to_f32(h[i]) / df);
 }
+COHORT_DISPATCH(div_bf16, (void* p, size_t n, int d), (p, n, d),
+                (div_bf16_loop(static_cast<uint16_t*>(p), n, static_cast<float>(d))))
 void div_f16(void* p, size_t n, int d) {
   auto* h = static_cast<uint16_t*>(p);
   const float df = static_cast<float>(d);
