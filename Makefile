@@ -18,7 +18,7 @@ build: configure
 
 # The default job.
 run: build
-	$(BUILD)/cohort bench allreduce --ranks 2 --sizes 4K,64K,1M,16M
+	$(BUILD)/cohort run examples/fashion-cnn.yaml
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)

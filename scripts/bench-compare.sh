@@ -42,7 +42,7 @@ measure() {
     for n in $RANKS; do
       echo "bench-compare: round $round/$ROUNDS, $n ranks"
       for algo in ring halving_doubling auto; do
-        "$BUILD/src/cohort" bench allreduce --ranks "$n" --sizes "$SIZES" --algo "$algo" --json \
+        "$BUILD/cohort" bench allreduce --ranks "$n" --sizes "$SIZES" --algo "$algo" --json \
           >>"$RESULTS"
       done
       "$BUILD/bench/gloo_allreduce" --ranks "$n" --sizes "$SIZES" \

@@ -1,0 +1,221 @@
+// End to end: `cohort run` with real worker processes, on Fashion-MNIST from the Debian package.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string output;
+};
+
+// Runs a shell command with a hard time limit (coreutils timeout), capturing stdout and stderr.
+Result sh(const std::string& cmd, int limit_s = 240) {
+  std::string full = "timeout -s KILL " + std::to_string(limit_s) + " " + cmd + " 2>&1";
+  Result r;
+  FILE* p = popen(full.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  int st = pclose(p);
+  r.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+fs::path fresh_dir(const std::string& name) {
+  auto d = fs::temp_directory_path() / ("cohort-e2e-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return json::parse(in);
+}
+
+std::string cohort() { return COHORT_BINARY; }
+std::string example(const std::string& name) {
+  return std::string(COHORT_SOURCE_DIR) + "/examples/" + name;
+}
+
+TEST(RunJob, TwoWorkersTrainTheCnnToTheTargetAccuracy) {
+  auto dir = fresh_dir("cnn");
+  auto r = sh(cohort() + " run " + example("fashion-cnn.yaml") + " --run-dir " + dir.string() +
+              " --set workers=2 --set train.epochs=1",
+             /*limit_s=*/560);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = read_json(dir / "summary.json");
+  EXPECT_EQ(s["status"], "completed");
+  EXPECT_EQ(s["world_size"], 2);
+  EXPECT_GE(s["test_accuracy"].get<double>(), 0.84) << s.dump(2);
+  EXPECT_GT(s["samples_per_sec"].get<double>(), 0);
+  EXPECT_GT(s["comm_bytes"].get<double>(), 0);
+  for (auto key : {"steps", "epochs", "wall_seconds", "comm_seconds"}) EXPECT_TRUE(s.contains(key));
+  // Every rank saw its disjoint share: the two ranks together trained on the whole epoch.
+  EXPECT_EQ(s["samples"].get<long>(), 60000);
+  // Replicas identical at the end.
+  EXPECT_EQ(s["per_rank"][0]["parameter_digest"], s["per_rank"][1]["parameter_digest"]);
+  // The run directory.
+  EXPECT_TRUE(fs::exists(dir / "config.yaml"));
+  EXPECT_TRUE(fs::exists(dir / "events.jsonl"));
+  std::ifstream metrics(dir / "metrics.jsonl");
+  std::string line;
+  int lines = 0;
+  while (std::getline(metrics, line)) {
+    auto m = json::parse(line);
+    EXPECT_TRUE(m.contains("loss"));
+    ++lines;
+  }
+  EXPECT_GT(lines, 10);
+  EXPECT_NE(r.output.find("test accuracy"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
+TEST(RunJob, TwoWorkersTrainTheMlpToTheTargetAccuracy) {
+  auto dir = fresh_dir("mlp");
+  auto r = sh(cohort() + " run " + example("fashion-mlp.yaml") + " --run-dir " + dir.string() +
+              " --set workers=2 --set train.epochs=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = read_json(dir / "summary.json");
+  EXPECT_GE(s["test_accuracy"].get<double>(), 0.80) << s.dump(2);
+  fs::remove_all(dir);
+}
+
+TEST(RunJob, ResumeContinuesBitwiseExactly) {
+  // 2N steps straight vs N steps, then --resume for N more: the same parameters, bit for bit.
+  auto straight = fresh_dir("straight"), split = fresh_dir("split");
+  std::string common = " --set workers=2 --set model.name=mlp --set checkpoint.every_steps=20 ";
+  auto a = sh(cohort() + " run " + example("fashion-mlp.yaml") + " --run-dir " + straight.string() +
+              common + "--set train.max_steps=60");
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto b = sh(cohort() + " run " + example("fashion-mlp.yaml") + " --run-dir " + split.string() +
+              common + "--set train.max_steps=30");
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  auto c = sh(cohort() + " run --resume " + split.string() + " --set train.max_steps=60");
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  auto s1 = read_json(straight / "summary.json"), s2 = read_json(split / "summary.json");
+  EXPECT_EQ(s2["per_rank"][0]["resumed_from_step"], 30);
+  EXPECT_EQ(s1["steps"], 60);
+  EXPECT_EQ(s2["steps"], 60);
+  EXPECT_EQ(s1["per_rank"][0]["parameter_digest"], s2["per_rank"][0]["parameter_digest"]);
+  EXPECT_EQ(s1["test_accuracy"], s2["test_accuracy"]);
+  fs::remove_all(straight);
+  fs::remove_all(split);
+}
+
+TEST(RunJob, BadJobFilesStopBeforeAnythingStarts) {
+  auto dir = fresh_dir("bad");
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir / name) << text;
+    return (dir / name).string();
+  };
+  auto unknown = write("unknown.yaml", "name: x\nworkers: 2\ntrain:\n  batch_sise: 64\n");
+  auto r = sh(cohort() + " run " + unknown + " --run-dir " + (dir / "run1").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("unknown.yaml:4:3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("train.batch_sise"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("batch_size"), std::string::npos) << r.output;  // the suggestion
+  EXPECT_FALSE(fs::exists(dir / "run1" / "summary.json"));
+
+  auto wrong_type = write("type.yaml", "workers: two\n");
+  r = sh(cohort() + " run " + wrong_type + " --run-dir " + (dir / "run2").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("type.yaml:1:10"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("workers"), std::string::npos) << r.output;
+
+  auto missing = write("missing.yaml", "data:\n  path: /nonexistent/fashion\n");
+  r = sh(cohort() + " run " + missing + " --run-dir " + (dir / "run3").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("data.path"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("/nonexistent/fashion"), std::string::npos) << r.output;
+
+  r = sh(cohort() + " run " + example("fashion-mlp.yaml") + " --set train.batch_size=-1 --run-dir " +
+         (dir / "run4").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("train.batch_size"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
+// Pids of the live children of `parent` (from /proc/<pid>/stat's ppid field).
+std::vector<int> children_of(int parent) {
+  std::vector<int> pids;
+  for (auto& e : fs::directory_iterator("/proc")) {
+    auto name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), {});
+    auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 2));
+    std::string state;
+    int ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == parent) pids.push_back(std::stoi(name));
+  }
+  return pids;
+}
+
+TEST(RunJob, CtrlCStopsTheWholeJobWithoutOrphans) {
+  auto dir = fresh_dir("sigint");
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setpgid(0, 0);
+    int fd = ::open((dir / "out.txt").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execl(COHORT_BINARY, COHORT_BINARY, "run", example("fashion-mlp.yaml").c_str(), "--run-dir",
+          dir.c_str(), "--set", "workers=2", "--set", "train.epochs=5", nullptr);
+    _exit(127);
+  }
+  // Wait until training is under way (progress records arrive), then interrupt.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline &&
+         (!fs::exists(dir / "metrics.jsonl") || fs::file_size(dir / "metrics.jsonl") == 0)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(fs::exists(dir / "metrics.jsonl"));
+  auto workers = children_of(pid);
+  EXPECT_GE(workers.size(), 2u);
+  kill(pid, SIGINT);
+  int st = 0;
+  bool exited = false;
+  for (int i = 0; i < 300 && !exited; ++i) {
+    exited = waitpid(pid, &st, WNOHANG) == pid;
+    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!exited) {
+    kill(-pid, SIGKILL);
+    waitpid(pid, &st, 0);
+  }
+  ASSERT_TRUE(exited) << "launcher did not stop within 15 s";
+  EXPECT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 130);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (int w : workers) EXPECT_NE(kill(w, 0), 0) << "worker " << w << " outlived the launcher";
+  auto s = read_json(dir / "summary.json");
+  EXPECT_EQ(s["status"], "cancelled");
+  fs::remove_all(dir);
+}
+
+}  // namespace
