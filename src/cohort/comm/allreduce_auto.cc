@@ -1,27 +1,27 @@
 // How Auto picks an allreduce algorithm.
 //
 // Halving-doubling needs 2 log2(p) steps (plus two for folding a non-power-of-two world), the
-// ring 2(n-1); both move about 2(n-1)/n of the buffer per rank. So halving-doubling wins while
-// per-step latency matters (small and medium messages, and more ranks: its step count grows
-// with log n), and the two are level once bandwidth dominates. In a non-power-of-two world the
-// fold costs the first 2e ranks a whole extra buffer transfer, which only pays off for smaller
-// messages. With one peer (2 ranks) the two schedules are the same exchange.
+// ring 2(n-1); both move about 2(n-1)/n of the buffer per rank. The ring streams over one fixed
+// pair of sockets and keeps its segment pipeline full, but only once its blocks (bytes / n) span
+// a few segments; below that each of its 2(n-1) steps is a latency-bound small message and
+// halving-doubling's log2(n) steps win. The crossover therefore grows with n (more ring steps,
+// smaller blocks): halving-doubling is used up to n(n-1) * 16 KiB. With one peer (2 ranks) the two
+// schedules are the same exchange.
 //
-// Thresholds measured on loopback TCP with 2 cores, f32 sum, 512 KiB segments (busbw GB/s, ring
-// vs halving-doubling; the machine was shared, so read the trends, not the digits):
-//   4 ranks: 64 KiB 0.15 / 0.17, 1 MiB 0.11 / 0.18, 4 MiB 0.16 / 0.13, 16 MiB 0.17 / 0.18
-//   8 ranks: 64 KiB 0.02 / 0.04, 1 MiB 0.06 / 0.10, 4 MiB 0.10 / 0.16, 16 MiB 0.10 / 0.10
-//   3 ranks: 64 KiB 0.23 / 0.19, 1 MiB 0.40 / 0.50, 16 MiB 0.19 / 0.15
-//   5 ranks: 64 KiB 0.13 / 0.12, 1 MiB 0.23 / 0.29, 16 MiB 0.17 / 0.17
+// Measured on loopback TCP, 2 cores, f32 sum, 256 KiB segments and socket buffers; best busbw
+// (GB/s) of a few runs, ring / halving-doubling (a shared machine: trends, not digits):
+//   3 ranks:  64 KiB 0.09 / 0.22    1 MiB 0.44 / 0.46    4 MiB 0.67 / 0.62
+//   4 ranks:  64 KiB 0.11 / 0.18  256 KiB 0.46 / 0.20    1 MiB 0.41 / 0.26   16 MiB 0.34 / 0.35
+//   5 ranks: 256 KiB 0.19 / 0.23
+//   8 ranks:  64 KiB 0.04 / 0.04    1 MiB 0.12 / 0.15    4 MiB 0.14 / 0.14
 #include "cohort/comm/algorithms.h"
 
 namespace cohort::comm {
 
 Algorithm choose_allreduce(size_t bytes, int size) {
   if (size <= 2) return Algorithm::Ring;
-  const bool pow2 = (size & (size - 1)) == 0;
-  const size_t limit = pow2 ? size_t{8} << 20 : size_t{1} << 20;
-  return bytes <= limit ? Algorithm::HalvingDoubling : Algorithm::Ring;
+  const size_t n = static_cast<size_t>(size);
+  return bytes <= n * (n - 1) * (size_t{16} << 10) ? Algorithm::HalvingDoubling : Algorithm::Ring;
 }
 
 }  // namespace cohort::comm

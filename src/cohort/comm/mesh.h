@@ -32,7 +32,7 @@ struct MeshOptions {
   std::string advertise_host;  // defaults to bind_host
   std::string prefix = "comm";
   std::chrono::milliseconds timeout{30000};
-  int socket_buffer_bytes = 4 << 20;
+  int socket_buffer_bytes = 256 << 10;
   // How long an accepted connection may take to complete its handshake.
   std::chrono::milliseconds handshake_timeout{3000};
 };
