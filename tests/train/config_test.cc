@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include "cohort/base/error.h"
@@ -134,14 +134,16 @@ TEST(JobConfigErrors, WrongTypeNamesLineColumnAndKey) {
   EXPECT_EQ(error_of("train: {drop_last: 1}"),
             "job.yaml:1:20: train.drop_last: expected true or false, got 1");
   EXPECT_EQ(error_of("train: 5\n"), "job.yaml:1:8: train: expected a map of keys, got 5");
-  EXPECT_EQ(error_of("workers:\n"), "job.yaml:1:1: workers: expected an integer in [1, 4096], "
-                                    "got nothing");
+  EXPECT_EQ(error_of("workers:\n"),
+            "job.yaml:1:1: workers: expected an integer in [1, 4096], "
+            "got nothing");
   EXPECT_EQ(error_of("- a\n- b\n"), "job.yaml:1:1: a job file is a map of keys, got a list");
 }
 
 TEST(JobConfigErrors, OutOfRangeValues) {
-  EXPECT_EQ(error_of("workers: 0"), "job.yaml:1:10: workers: expected an integer in [1, 4096], "
-                                    "got 0");
+  EXPECT_EQ(error_of("workers: 0"),
+            "job.yaml:1:10: workers: expected an integer in [1, 4096], "
+            "got 0");
   EXPECT_EQ(error_of("train:\n  optimizer:\n    momentum: 1.0\n"),
             "job.yaml:3:15: train.optimizer.momentum: expected a number in [0, 1), got 1.0");
   EXPECT_EQ(error_of("train: {optimizer: {lr: -0.1}}"),
@@ -249,8 +251,9 @@ TEST(JobConfigOverrides, ErrorsNameTheOverride) {
   EXPECT_EQ(error_of("workers: 2", {"workers"}), "--set workers: expected key.path=value");
   EXPECT_EQ(error_of("workers: 2", {"workers.x=1"}),
             "--set workers.x=1: 'workers' is 2, not a map");
-  EXPECT_EQ(error_of("", {"a..b=1"}), "--set a..b=1: 'a..b' is not a key path (names separated "
-                                      "by dots)");
+  EXPECT_EQ(error_of("", {"a..b=1"}),
+            "--set a..b=1: 'a..b' is not a key path (names separated "
+            "by dots)");
   EXPECT_NE(error_of("", {"workers=[1"}).find("--set workers=[1: the value is not valid YAML"),
             std::string::npos);
   // Errors elsewhere in the file still point into the file.

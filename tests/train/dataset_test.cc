@@ -20,8 +20,8 @@ const std::string kFashion = "/usr/share/datasets/fashion-mnist";
 // returns the accuracy on `test`.
 double train_and_evaluate(Model& model, const Dataset& train, const Dataset& test, int steps,
                           int64_t batch, double lr) {
-  auto opt = make_optimizer({.name = OptimizerKind::Sgd, .lr = lr, .momentum = 0.9},
-                            model.parameters());
+  auto opt =
+      make_optimizer({.name = OptimizerKind::Sgd, .lr = lr, .momentum = 0.9}, model.parameters());
   DistributedSampler sampler({.dataset_size = train.size(), .batch_size = batch, .seed = 1});
   model.train();
   for (int s = 0; s < steps; ++s) {
@@ -134,8 +134,7 @@ TEST(Synthetic, ShapesAndDeterminism) {
 
 TEST(Synthetic, IsLearnable) {
   torch::set_num_threads(1);
-  DataConfig d{.name = DatasetKind::Synthetic, .samples = 2000, .shape = {1, 12, 12},
-               .classes = 5};
+  DataConfig d{.name = DatasetKind::Synthetic, .samples = 2000, .shape = {1, 12, 12}, .classes = 5};
   Dataset train = load_dataset(d, Split::Train, 9);
   Dataset test = load_dataset(d, Split::Test, 9);
   ModelPtr m = make_model({.name = ModelKind::Mlp}, input_spec(d), 0);

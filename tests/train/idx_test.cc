@@ -110,8 +110,9 @@ TEST_F(IdxFiles, BadMagicNamesTheFile) {
     read_idx(path, 3);
     FAIL() << "expected a DatasetError";
   } catch (const DatasetError& e) {
-    EXPECT_EQ(std::string(e.what()), path + ": bad magic number 0x00000804, expected 0x00000803 "
-                                            "(an unsigned-byte IDX file with 3 dimensions)");
+    EXPECT_EQ(std::string(e.what()), path +
+                                         ": bad magic number 0x00000804, expected 0x00000803 "
+                                         "(an unsigned-byte IDX file with 3 dimensions)");
   }
   // A float IDX file (type 0x0d) is not an unsigned-byte one either.
   path = write("floats", 0xd01, {4}, 16);
@@ -176,8 +177,8 @@ TEST_F(IdxFiles, LabelCountMustMatchImageCount) {
 
 TEST_F(IdxFiles, ImageSizeMustMatch) {
   write_pair(3, 3, 32, 32);
-  EXPECT_EQ(split_error(), (dir_ / "train-images-idx3-ubyte.gz").string() +
-                               ": images are 32x32, expected 28x28");
+  EXPECT_EQ(split_error(),
+            (dir_ / "train-images-idx3-ubyte.gz").string() + ": images are 32x32, expected 28x28");
 }
 
 TEST_F(IdxFiles, LabelsMustBeBelowTheClassCount) {

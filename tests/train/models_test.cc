@@ -63,7 +63,8 @@ TEST_F(Models, ResNetHasThreeStagesWithBatchNorm) {
   EXPECT_EQ(norms, 15);
   EXPECT_FALSE(m->buffers().empty());  // running statistics
   EXPECT_EQ(m->forward(torch::randn({4, 1, 28, 28})).sizes(), (std::vector<int64_t>{4, 10}));
-  ModelPtr wide = make_model({.name = ModelKind::ResNet}, {.shape = {3, 32, 32}, .classes = 100}, 0);
+  ModelPtr wide =
+      make_model({.name = ModelKind::ResNet}, {.shape = {3, 32, 32}, .classes = 100}, 0);
   EXPECT_EQ(wide->forward(torch::randn({2, 3, 32, 32})).sizes(), (std::vector<int64_t>{2, 100}));
 }
 
@@ -103,9 +104,9 @@ TEST_F(Models, InitialWeightsFollowTheFanInBound) {
 
 TEST_F(Models, OptimizerFactory) {
   ModelPtr m = make_model({.name = ModelKind::Mlp}, kMnist, 0);
-  auto sgd = make_optimizer({.name = OptimizerKind::Sgd, .lr = 0.1, .momentum = 0.5,
-                             .weight_decay = 0.01},
-                            m->parameters());
+  auto sgd =
+      make_optimizer({.name = OptimizerKind::Sgd, .lr = 0.1, .momentum = 0.5, .weight_decay = 0.01},
+                     m->parameters());
   auto& so = static_cast<torch::optim::SGDOptions&>(sgd->param_groups()[0].options());
   EXPECT_DOUBLE_EQ(so.lr(), 0.1);
   EXPECT_DOUBLE_EQ(so.momentum(), 0.5);
@@ -113,9 +114,9 @@ TEST_F(Models, OptimizerFactory) {
   set_learning_rate(*sgd, 0.25);
   EXPECT_DOUBLE_EQ(learning_rate(*sgd), 0.25);
 
-  auto adam = make_optimizer({.name = OptimizerKind::Adam, .lr = 0.002, .betas = {0.8, 0.95},
-                              .eps = 1e-7},
-                             m->parameters());
+  auto adam =
+      make_optimizer({.name = OptimizerKind::Adam, .lr = 0.002, .betas = {0.8, 0.95}, .eps = 1e-7},
+                     m->parameters());
   auto* ao = dynamic_cast<torch::optim::AdamOptions*>(&adam->param_groups()[0].options());
   ASSERT_NE(ao, nullptr);
   EXPECT_DOUBLE_EQ(ao->lr(), 0.002);
@@ -127,8 +128,8 @@ TEST_F(Models, OptimizerFactory) {
 TEST_F(Models, OneSgdStepLowersTheLossOfItsBatch) {
   for (ModelKind kind : {ModelKind::Mlp, ModelKind::Cnn, ModelKind::ResNet}) {
     ModelPtr m = make_model({.name = kind}, kMnist, 2);
-    auto opt = make_optimizer({.name = OptimizerKind::Sgd, .lr = 0.01, .momentum = 0},
-                              m->parameters());
+    auto opt =
+        make_optimizer({.name = OptimizerKind::Sgd, .lr = 0.01, .momentum = 0}, m->parameters());
     torch::manual_seed(0);
     torch::Tensor x = torch::rand({16, 1, 28, 28});
     torch::Tensor y = torch::randint(0, 10, {16}, torch::kInt64);

@@ -15,8 +15,12 @@ std::vector<DistributedSampler> world(int64_t n, int w, int64_t b, uint64_t seed
                                       bool drop_last = false) {
   std::vector<DistributedSampler> out;
   for (int r = 0; r < w; ++r) {
-    out.emplace_back(SamplerOptions{.dataset_size = n, .world_size = w, .rank = r,
-                                    .batch_size = b, .seed = seed, .drop_last = drop_last});
+    out.emplace_back(SamplerOptions{.dataset_size = n,
+                                    .world_size = w,
+                                    .rank = r,
+                                    .batch_size = b,
+                                    .seed = seed,
+                                    .drop_last = drop_last});
   }
   return out;
 }

@@ -45,8 +45,8 @@ void load_module(torch::nn::Module& module, torch::serialize::InputArchive& arch
   auto restore = [&](const std::string& key, torch::Tensor& dst, bool is_buffer) {
     torch::Tensor src;
     if (!archive.try_read(key, src, is_buffer)) {
-      throw CheckpointError(name + ": has no " + (is_buffer ? "buffer '" : "parameter '") +
-                            prefix + key + "' (a checkpoint of another model?)");
+      throw CheckpointError(name + ": has no " + (is_buffer ? "buffer '" : "parameter '") + prefix +
+                            key + "' (a checkpoint of another model?)");
     }
     if (!src.sizes().equals(dst.sizes()) || src.dtype() != dst.dtype()) {
       throw CheckpointError(name + ": '" + prefix + key + "' is " + tensor_shape(src) +
@@ -135,15 +135,15 @@ std::string encode_checkpoint(const CheckpointMeta& meta, torch::nn::Module& mod
   archive.save_to(payload_stream);
   const std::string payload = payload_stream.str();
 
-  const std::string m = nlohmann::json{{"format", "cohort-checkpoint"},
-                                       {"step", meta.step},
-                                       {"epoch", meta.epoch},
-                                       {"consumed", meta.consumed},
-                                       {"world_size", meta.world_size},
-                                       {"seed", meta.seed},
-                                       {"job", meta.job},
-                                       {"time", meta.time}}
-                            .dump();
+  const std::string m = nlohmann::json{
+      {"format", "cohort-checkpoint"},
+      {"step", meta.step},
+      {"epoch", meta.epoch},
+      {"consumed", meta.consumed},
+      {"world_size", meta.world_size},
+      {"seed", meta.seed},
+      {"job", meta.job},
+      {"time", meta.time}}.dump();
   std::string body = m + payload;
   Digest digest = sha256(body.data(), body.size());
   ByteWriter w;
@@ -186,8 +186,8 @@ CheckpointMeta decode_checkpoint(const std::string& bytes, const std::string& na
     }
   } catch (const c10::Error& e) {
     // The checksum matched, so this is a checkpoint of another model or optimizer.
-    throw CheckpointError(name + ": does not fit this model or optimizer: " +
-                          e.what_without_backtrace());
+    throw CheckpointError(name +
+                          ": does not fit this model or optimizer: " + e.what_without_backtrace());
   }
   return p.meta;
 }
@@ -226,7 +226,8 @@ fs::path CheckpointDir::save(const CheckpointMeta& meta, torch::nn::Module& mode
   auto files = list();
   for (size_t i = 0; i + static_cast<size_t>(keep_) < files.size(); ++i) {
     fs::remove(files[i].path, ec);
-    if (ec) spdlog::warn("cannot remove old checkpoint {}: {}", files[i].path.string(), ec.message());
+    if (ec)
+      spdlog::warn("cannot remove old checkpoint {}: {}", files[i].path.string(), ec.message());
   }
   return path;
 }

@@ -21,12 +21,13 @@ constexpr int64_t kMaxSyntheticValues = int64_t{1} << 28;
 
 const Schema& schema() {
   static const Schema s = {
-      {"", {"name", "workers", "threads_per_worker", "model", "data", "train", "comm",
-            "checkpoint"}},
+      {"",
+       {"name", "workers", "threads_per_worker", "model", "data", "train", "comm", "checkpoint"}},
       {"model", {"name"}},
       {"data", {"name", "path", "samples", "shape", "classes"}},
-      {"train", {"epochs", "max_steps", "batch_size", "seed", "log_every_steps", "drop_last",
-                 "optimizer", "lr_schedule"}},
+      {"train",
+       {"epochs", "max_steps", "batch_size", "seed", "log_every_steps", "drop_last", "optimizer",
+        "lr_schedule"}},
       {"train.optimizer", {"name", "lr", "momentum", "weight_decay", "betas", "eps"}},
       {"train.lr_schedule", {"warmup_steps", "scaling"}},
       {"comm", {"algorithm", "bucket_mb", "timeout_s"}},
@@ -57,12 +58,13 @@ constexpr auto kScalings = {LrScaling::None, LrScaling::Linear};
 const std::vector<std::string> kAlgorithms = {"auto", "ring", "halving_doubling"};
 
 bool is_dir(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
 std::string default_data_path(DatasetKind k) {
-  return k == DatasetKind::Mnist ? "/usr/share/datasets/mnist" : "/usr/share/datasets/fashion-mnist";
+  return k == DatasetKind::Mnist ? "/usr/share/datasets/mnist"
+                                 : "/usr/share/datasets/fashion-mnist";
 }
 
 // A key that only applies to some settings of another key must not be silently ignored.
@@ -72,8 +74,7 @@ void reject_if_present(const YamlReader& r, const YAML::Node& map, const std::st
   if (n.IsDefined()) r.fail(path, n, "does not apply " + why);
 }
 
-void read_data(const YamlReader& r, const YAML::Node& root, const LoadOptions& opt,
-               DataConfig& d) {
+void read_data(const YamlReader& r, const YAML::Node& root, const LoadOptions& opt, DataConfig& d) {
   YAML::Node m = r.section(root, "data");
   if (auto s = r.get_choice(m, "data.name", names(kDatasets, dataset_kind_name))) {
     d.name = parse_enum(*s, kDatasets, dataset_kind_name);
@@ -82,8 +83,9 @@ void read_data(const YamlReader& r, const YAML::Node& root, const LoadOptions& o
   if (d.name == DatasetKind::Synthetic) {
     reject_if_present(r, m, "data.path", when);
     if (auto v = r.get_int(m, "data.samples", 1, kMaxInt, "a positive integer")) d.samples = *v;
-    if (auto v = r.get_int_list(m, "data.shape", 3, 1, 4096, "a list of 3 positive integers "
-                                                           "[channels, height, width]")) {
+    if (auto v = r.get_int_list(m, "data.shape", 3, 1, 4096,
+                                "a list of 3 positive integers "
+                                "[channels, height, width]")) {
       d.shape = *v;
     }
     if (auto v = r.get_int(m, "data.classes", 2, 1 << 20, "an integer >= 2")) d.classes = *v;
@@ -119,21 +121,21 @@ void read_optimizer(const YamlReader& r, const YAML::Node& train, OptimizerConfi
   if (auto s = r.get_choice(m, "train.optimizer.name", names(kOptimizers, optimizer_kind_name))) {
     o.name = parse_enum(*s, kOptimizers, optimizer_kind_name);
   }
-  const std::string when = "when train.optimizer.name is " +
-                           std::string(optimizer_kind_name(o.name));
+  const std::string when =
+      "when train.optimizer.name is " + std::string(optimizer_kind_name(o.name));
   o.lr = o.name == OptimizerKind::Adam ? 0.001 : 0.05;
   if (auto v = r.get_number(m, "train.optimizer.lr", 0, true, kInf, false, "a number > 0")) {
     o.lr = *v;
   }
-  if (auto v = r.get_number(m, "train.optimizer.weight_decay", 0, false, kInf, false,
-                            "a number >= 0")) {
+  if (auto v =
+          r.get_number(m, "train.optimizer.weight_decay", 0, false, kInf, false, "a number >= 0")) {
     o.weight_decay = *v;
   }
   if (o.name == OptimizerKind::Sgd) {
     reject_if_present(r, m, "train.optimizer.betas", when + " (only to adam)");
     reject_if_present(r, m, "train.optimizer.eps", when + " (only to adam)");
-    if (auto v = r.get_number(m, "train.optimizer.momentum", 0, false, 1, true,
-                              "a number in [0, 1)")) {
+    if (auto v =
+            r.get_number(m, "train.optimizer.momentum", 0, false, 1, true, "a number in [0, 1)")) {
       o.momentum = *v;
     }
     return;
@@ -173,8 +175,8 @@ void read_train(const YamlReader& r, const YAML::Node& root, TrainConfig& t) {
   if (auto v = r.get_bool(m, "train.drop_last")) t.drop_last = *v;
   read_optimizer(r, m, t.optimizer);
   YAML::Node s = r.section(m, "train.lr_schedule");
-  if (auto v = r.get_int(s, "train.lr_schedule.warmup_steps", 0, kMaxInt,
-                         "a non-negative integer")) {
+  if (auto v =
+          r.get_int(s, "train.lr_schedule.warmup_steps", 0, kMaxInt, "a non-negative integer")) {
     t.lr_schedule.warmup_steps = *v;
   }
   if (auto v = r.get_choice(s, "train.lr_schedule.scaling", names(kScalings, lr_scaling_name))) {
@@ -192,8 +194,8 @@ JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
   if (auto s = r.get_string(root, "name")) {
     bool ok = !s->empty() && s->size() <= 64;
     for (char ch : *s) {
-      ok = ok && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
-                  ch == '.');
+      ok = ok &&
+           (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.');
     }
     if (!ok) {
       r.fail("name", YamlReader::child(root, "name"),
@@ -220,8 +222,8 @@ JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
 
   YAML::Node comm = r.section(root, "comm");
   if (auto s = r.get_choice(comm, "comm.algorithm", kAlgorithms)) c.comm.algorithm = *s;
-  if (auto v = r.get_number(comm, "comm.bucket_mb", 0, true, 4096, false,
-                            "a number in (0, 4096]")) {
+  if (auto v =
+          r.get_number(comm, "comm.bucket_mb", 0, true, 4096, false, "a number in (0, 4096]")) {
     c.comm.bucket_mb = *v;
   }
   if (auto v = r.get_number(comm, "comm.timeout_s", 0, true, 86400, false,
@@ -249,18 +251,24 @@ std::string number_text(double v) {
 
 std::string_view model_kind_name(ModelKind k) {
   switch (k) {
-    case ModelKind::Mlp: return "mlp";
-    case ModelKind::Cnn: return "cnn";
-    case ModelKind::ResNet: return "resnet";
+    case ModelKind::Mlp:
+      return "mlp";
+    case ModelKind::Cnn:
+      return "cnn";
+    case ModelKind::ResNet:
+      return "resnet";
   }
   return "?";
 }
 
 std::string_view dataset_kind_name(DatasetKind k) {
   switch (k) {
-    case DatasetKind::FashionMnist: return "fashion-mnist";
-    case DatasetKind::Mnist: return "mnist";
-    case DatasetKind::Synthetic: return "synthetic";
+    case DatasetKind::FashionMnist:
+      return "fashion-mnist";
+    case DatasetKind::Mnist:
+      return "mnist";
+    case DatasetKind::Synthetic:
+      return "synthetic";
   }
   return "?";
 }
@@ -269,7 +277,9 @@ std::string_view optimizer_kind_name(OptimizerKind k) {
   return k == OptimizerKind::Adam ? "adam" : "sgd";
 }
 
-std::string_view lr_scaling_name(LrScaling s) { return s == LrScaling::Linear ? "linear" : "none"; }
+std::string_view lr_scaling_name(LrScaling s) {
+  return s == LrScaling::Linear ? "linear" : "none";
+}
 
 JobConfig parse_job_config(std::string_view yaml, const std::string& source,
                            const LoadOptions& options) {
@@ -289,7 +299,9 @@ JobConfig load_job_config(const std::string& path, const LoadOptions& options) {
 
 std::string to_yaml(const JobConfig& c) {
   YAML::Emitter out;
-  auto num = [&](const char* key, double v) { out << YAML::Key << key << YAML::Value << number_text(v); };
+  auto num = [&](const char* key, double v) {
+    out << YAML::Key << key << YAML::Value << number_text(v);
+  };
   out << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << c.name;
   out << YAML::Key << "workers" << YAML::Value << c.workers;
@@ -324,14 +336,14 @@ std::string to_yaml(const JobConfig& c) {
   num("weight_decay", t.optimizer.weight_decay);
   if (t.optimizer.name == OptimizerKind::Adam) {
     out << YAML::Key << "betas" << YAML::Value << YAML::Flow << YAML::BeginSeq
-        << number_text(t.optimizer.betas[0]) << number_text(t.optimizer.betas[1])
-        << YAML::EndSeq;
+        << number_text(t.optimizer.betas[0]) << number_text(t.optimizer.betas[1]) << YAML::EndSeq;
     num("eps", t.optimizer.eps);
   }
   out << YAML::EndMap;
   out << YAML::Key << "lr_schedule" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "warmup_steps" << YAML::Value << t.lr_schedule.warmup_steps;
-  out << YAML::Key << "scaling" << YAML::Value << std::string(lr_scaling_name(t.lr_schedule.scaling));
+  out << YAML::Key << "scaling" << YAML::Value
+      << std::string(lr_scaling_name(t.lr_schedule.scaling));
   out << YAML::EndMap << YAML::EndMap;
 
   out << YAML::Key << "comm" << YAML::Value << YAML::BeginMap;

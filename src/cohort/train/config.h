@@ -43,11 +43,11 @@ struct DataConfig {
 
 struct OptimizerConfig {
   OptimizerKind name = OptimizerKind::Sgd;
-  double lr = 0.05;  // the default depends on name: 0.05 for sgd, 0.001 for adam
-  double momentum = 0.9;                     // sgd only
+  double lr = 0.05;       // the default depends on name: 0.05 for sgd, 0.001 for adam
+  double momentum = 0.9;  // sgd only
   double weight_decay = 0.0;
   std::array<double, 2> betas = {0.9, 0.999};  // adam only
-  double eps = 1e-8;                         // adam only
+  double eps = 1e-8;                           // adam only
   bool operator==(const OptimizerConfig&) const = default;
 };
 
@@ -59,7 +59,7 @@ struct LrScheduleConfig {
 
 struct TrainConfig {
   int64_t epochs = 1;
-  int64_t max_steps = 0;  // 0: no limit other than epochs
+  int64_t max_steps = 0;    // 0: no limit other than epochs
   int64_t batch_size = 64;  // per worker
   uint64_t seed = 0;
   int64_t log_every_steps = 10;

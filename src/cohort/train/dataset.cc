@@ -16,10 +16,9 @@ uint64_t mix(uint64_t seed, uint64_t stream) {
 }  // namespace
 
 std::pair<torch::Tensor, torch::Tensor> Dataset::batch(const std::vector<int64_t>& indices) const {
-  torch::Tensor idx =
-      torch::from_blob(const_cast<int64_t*>(indices.data()),
-                       {static_cast<int64_t>(indices.size())}, torch::kInt64)
-          .clone();
+  torch::Tensor idx = torch::from_blob(const_cast<int64_t*>(indices.data()),
+                                       {static_cast<int64_t>(indices.size())}, torch::kInt64)
+                          .clone();
   return {images.index_select(0, idx), labels.index_select(0, idx)};
 }
 
@@ -35,7 +34,8 @@ Dataset load_idx_dataset(const std::string& dir, Split split) {
 Dataset make_synthetic(const SyntheticOptions& o, Split split) {
   torch::NoGradGuard no_grad;
   auto mean_gen = at::make_generator<at::CPUGeneratorImpl>(mix(o.seed, 0));
-  auto example_gen = at::make_generator<at::CPUGeneratorImpl>(mix(o.seed, split == Split::Train ? 1 : 2));
+  auto example_gen =
+      at::make_generator<at::CPUGeneratorImpl>(mix(o.seed, split == Split::Train ? 1 : 2));
   const int64_t n = split == Split::Train ? o.samples : (o.samples + 4) / 5;
   std::vector<int64_t> mean_shape = {o.classes};
   mean_shape.insert(mean_shape.end(), o.shape.begin(), o.shape.end());

@@ -17,7 +17,7 @@ namespace {
 constexpr uint64_t kMaxIdxBytes = uint64_t{1} << 32;
 
 bool exists(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
@@ -136,9 +136,8 @@ IdxSplit read_idx_split(const std::string& dir, Split split, int64_t rows, int64
                        "x" + std::to_string(cols));
   }
   if (s.images.dims[0] != s.labels.dims[0]) {
-    throw DatasetError(labels_path + ": has " + std::to_string(s.labels.dims[0]) +
-                       " labels but " + images_path + " has " + std::to_string(s.images.dims[0]) +
-                       " images");
+    throw DatasetError(labels_path + ": has " + std::to_string(s.labels.dims[0]) + " labels but " +
+                       images_path + " has " + std::to_string(s.images.dims[0]) + " images");
   }
   for (size_t i = 0; i < s.labels.data.size(); ++i) {
     if (s.labels.data[i] >= classes) {

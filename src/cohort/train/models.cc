@@ -58,8 +58,8 @@ TORCH_MODULE(BasicBlock);
 class ResNet : public Model {
  public:
   ResNet(int64_t channels, int64_t classes)
-      : stem_(register_module("stem", nn::Sequential(conv3x3(channels, 16, 1),
-                                                     nn::BatchNorm2d(16), nn::ReLU()))),
+      : stem_(register_module(
+            "stem", nn::Sequential(conv3x3(channels, 16, 1), nn::BatchNorm2d(16), nn::ReLU()))),
         stages_(register_module("stages", nn::Sequential())),
         fc_(register_module("fc", nn::Linear(64, classes))) {
     int64_t in = 16;
@@ -106,16 +106,17 @@ void initialise(nn::Module& model, uint64_t seed) {
 
 ModelPtr make_model(const ModelConfig& config, const InputSpec& input, uint64_t seed) {
   if (input.shape.size() != 3 || input.classes < 2) {
-    throw ConfigError("make_model: the input must be [channels, height, width] with 2 or more "
-                      "classes");
+    throw ConfigError(
+        "make_model: the input must be [channels, height, width] with 2 or more "
+        "classes");
   }
   const int64_t c = input.shape[0], h = input.shape[1], w = input.shape[2];
   ModelPtr model;
   switch (config.name) {
     case ModelKind::Mlp:
-      model = std::make_shared<SequentialModel>(nn::Sequential(
-          nn::Flatten(), nn::Linear(c * h * w, 256), nn::ReLU(), nn::Linear(256, 128), nn::ReLU(),
-          nn::Linear(128, input.classes)));
+      model = std::make_shared<SequentialModel>(
+          nn::Sequential(nn::Flatten(), nn::Linear(c * h * w, 256), nn::ReLU(),
+                         nn::Linear(256, 128), nn::ReLU(), nn::Linear(128, input.classes)));
       break;
     case ModelKind::Cnn:
       if (h < 4 || w < 4) throw ConfigError("make_model: cnn needs images of at least 4x4 pixels");
@@ -136,16 +137,15 @@ ModelPtr make_model(const ModelConfig& config, const InputSpec& input, uint64_t 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
                                                         const std::vector<torch::Tensor>& params) {
   if (config.name == OptimizerKind::Adam) {
-    return std::make_unique<torch::optim::Adam>(
-        params, torch::optim::AdamOptions(config.lr)
-                    .betas({config.betas[0], config.betas[1]})
-                    .eps(config.eps)
-                    .weight_decay(config.weight_decay));
+    return std::make_unique<torch::optim::Adam>(params,
+                                                torch::optim::AdamOptions(config.lr)
+                                                    .betas({config.betas[0], config.betas[1]})
+                                                    .eps(config.eps)
+                                                    .weight_decay(config.weight_decay));
   }
-  return std::make_unique<torch::optim::SGD>(
-      params, torch::optim::SGDOptions(config.lr)
-                  .momentum(config.momentum)
-                  .weight_decay(config.weight_decay));
+  return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(config.lr)
+                                                         .momentum(config.momentum)
+                                                         .weight_decay(config.weight_decay));
 }
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {

@@ -1,7 +1,8 @@
 // The model zoo and the optimizer factory.
 //
-//   mlp    Flatten -> Linear(C*H*W, 256) -> ReLU -> Linear(256, 128) -> ReLU -> Linear(128, classes)
-//   cnn    Conv(C->32, 5x5, pad 2) -> ReLU -> MaxPool 2 -> Conv(32->64, 5x5, pad 2) -> ReLU
+//   mlp    Flatten -> Linear(C*H*W, 256) -> ReLU -> Linear(256, 128) -> ReLU -> Linear(128,
+//   classes) cnn    Conv(C->32, 5x5, pad 2) -> ReLU -> MaxPool 2 -> Conv(32->64, 5x5, pad 2) ->
+//   ReLU
 //          -> MaxPool 2 -> Flatten -> Linear(64*(H/4)*(W/4), 128) -> ReLU -> Linear(128, classes)
 //   resnet Conv 3x3 (C->16) + BN + ReLU, three stages of two basic blocks (16, 32, 64 channels;
 //          the 2nd and 3rd stages halve the resolution), global average pool, Linear(64, classes)

@@ -71,8 +71,12 @@ int64_t DistributedSampler::steps_from(int64_t consumed) const {
   return left / global + (!opt_.drop_last && left % global != 0 ? 1 : 0);
 }
 
-int64_t DistributedSampler::steps_remaining() const { return steps_from(consumed_); }
-int64_t DistributedSampler::steps_per_epoch() const { return steps_from(0); }
+int64_t DistributedSampler::steps_remaining() const {
+  return steps_from(consumed_);
+}
+int64_t DistributedSampler::steps_per_epoch() const {
+  return steps_from(0);
+}
 
 std::optional<Batch> DistributedSampler::next() {
   const int64_t world = opt_.world_size;

@@ -40,8 +40,8 @@ struct SamplerOptions {
 
 struct Batch {
   std::vector<int64_t> indices = {};  // this rank's sample indices (may be empty in the last step)
-  int64_t step = 0;              // step within the epoch since reset(), from 0
-  int64_t global_batch = 0;      // samples taken by all ranks together in this step
+  int64_t step = 0;                   // step within the epoch since reset(), from 0
+  int64_t global_batch = 0;           // samples taken by all ranks together in this step
 };
 
 class DistributedSampler {

@@ -11,8 +11,7 @@ LrSchedule::LrSchedule(const OptimizerConfig& optimizer, const LrScheduleConfig&
 
 double LrSchedule::at(int64_t step) const {
   if (warmup_ <= 0 || step + 1 >= warmup_) return peak_;
-  return peak_ * static_cast<double>(std::max<int64_t>(step + 1, 1)) /
-         static_cast<double>(warmup_);
+  return peak_ * static_cast<double>(std::max<int64_t>(step + 1, 1)) / static_cast<double>(warmup_);
 }
 
 }  // namespace cohort::train

@@ -28,7 +28,9 @@ std::string last_component(const std::string& path) {
 }
 
 // A quoted scalar ('64' or "64") is a string even when it looks like a number.
-bool is_plain_scalar(const YAML::Node& n) { return n.IsScalar() && n.Tag() != "!"; }
+bool is_plain_scalar(const YAML::Node& n) {
+  return n.IsScalar() && n.Tag() != "!";
+}
 
 std::optional<int64_t> parse_int(const YAML::Node& n) {
   if (!is_plain_scalar(n)) return std::nullopt;
@@ -120,7 +122,8 @@ void YamlReader::apply_override(const std::string& text) {
   std::vector<std::string> keys;
   for (size_t start = 0;;) {
     auto dot = path.find('.', start);
-    std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    std::string key =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     bool ok = !key.empty() && std::all_of(key.begin(), key.end(), [](char c) {
       return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
     });
@@ -290,8 +293,8 @@ std::optional<std::string> YamlReader::get_choice(const YAML::Node& map, const s
   auto s = get_string(map, path);
   if (!s) return s;
   if (std::find(choices.begin(), choices.end(), *s) == choices.end()) {
-    std::string what = "expected one of " + join_list(choices) + ", got " +
-                       describe(child(map, path));
+    std::string what =
+        "expected one of " + join_list(choices) + ", got " + describe(child(map, path));
     if (auto m = closest_match(*s, choices)) what += "; did you mean '" + *m + "'?";
     fail(path, child(map, path), what);
   }
@@ -299,14 +302,15 @@ std::optional<std::string> YamlReader::get_choice(const YAML::Node& map, const s
 }
 
 std::optional<std::vector<int64_t>> YamlReader::get_int_list(const YAML::Node& map,
-                                                             const std::string& path,
-                                                             size_t count, int64_t lo, int64_t hi,
+                                                             const std::string& path, size_t count,
+                                                             int64_t lo, int64_t hi,
                                                              std::string_view expected) const {
   YAML::Node n = child(map, path);
   if (!n.IsDefined()) return std::nullopt;
   if (!n.IsSequence() || n.size() != count) {
-    fail(path, n, "expected " + std::string(expected) + ", got " + describe(n) +
-                      (n.IsSequence() ? " of " + std::to_string(n.size()) : ""));
+    fail(path, n,
+         "expected " + std::string(expected) + ", got " + describe(n) +
+             (n.IsSequence() ? " of " + std::to_string(n.size()) : ""));
   }
   std::vector<int64_t> out;
   for (size_t i = 0; i < n.size(); ++i) {
@@ -314,8 +318,9 @@ std::optional<std::vector<int64_t>> YamlReader::get_int_list(const YAML::Node& m
     auto v = parse_int(e);
     const std::string elem = path + "[" + std::to_string(i) + "]";
     if (!v || *v < lo || *v > hi) {
-      fail(elem, e, "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                        "], got " + describe(e));
+      fail(elem, e,
+           "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+               describe(e));
     }
     out.push_back(*v);
   }
