@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <mutex>
 
 #include "cohort/base/error.h"
 
@@ -45,6 +46,11 @@ void check_buffer(const char* op, const Buffer& b) {
 }  // namespace
 
 std::unique_ptr<Communicator> Communicator::create(store::Store& store, const CommConfig& config) {
+  // spdlog builds its registry on first use inside the (uninstrumented) shared library; doing that
+  // once under call_once gives ThreadSanitizer the ordering it cannot see there, so ranks created
+  // on several threads of one process do not report a false race on the logger.
+  static std::once_flag logger_once;
+  std::call_once(logger_once, [] { spdlog::default_logger_raw(); });
   if (config.chunk_bytes == 0) throw ConfigError("communicator: chunk_bytes must be positive");
   Mesh mesh = Mesh::connect(store, MeshOptions{.rank = config.rank,
                                                .size = config.size,
