@@ -3,7 +3,7 @@
 // within the collective timeout, never by hanging.
 #include <gtest/gtest.h>
 
-#include <regex>
+#include <set>
 
 #include "cohort_process.h"
 
@@ -69,6 +69,34 @@ INSTANTIATE_TEST_SUITE_P(Ranks, KillDrill,
                                            Drill{"halving_doubling", 3, 2}),
                          name);
 
+// "rank R failed: CollectiveTimeoutError (allreduce #S, ranks not heard from: [M])", as the
+// launcher prints each rank's outcome.
+struct TimeoutReport {
+  int rank;
+  std::string sequence;
+  std::string missing;
+};
+
+std::vector<TimeoutReport> timeout_reports(const std::string& err) {
+  const std::string mid = " failed: CollectiveTimeoutError (allreduce #";
+  const std::string list = ", ranks not heard from: [";
+  std::vector<TimeoutReport> out;
+  for (size_t at = err.find(mid); at != std::string::npos; at = err.find(mid, at + 1)) {
+    size_t r = err.rfind("rank ", at);
+    size_t seq = at + mid.size();
+    size_t comma = err.find(list, seq);
+    size_t close = err.find("])", comma);
+    if (r == std::string::npos || comma == std::string::npos || close == std::string::npos) {
+      ADD_FAILURE() << "malformed timeout report at " << at << ":\n" << err;
+      continue;
+    }
+    out.push_back({.rank = std::stoi(err.substr(r + 5, at - r - 5)),
+                   .sequence = err.substr(seq, comma - seq),
+                   .missing = err.substr(comma + list.size(), close - comma - list.size())});
+  }
+  return out;
+}
+
 class StopDrill : public ::testing::TestWithParam<Drill> {};
 
 TEST_P(StopDrill, SurvivorsTimeOutNamingTheStoppedRank) {
@@ -80,14 +108,12 @@ TEST_P(StopDrill, SurvivorsTimeOutNamingTheStoppedRank) {
   EXPECT_TRUE(exited_with(st, 1)) << p.err();
   const std::string err = p.err();
   // Every survivor times out in the same collective and names only the stopped rank.
-  std::regex report("rank (\\d+) failed: CollectiveTimeoutError \\(allreduce #(\\d+), "
-                    "ranks not heard from: \\[([0-9, ]*)\\]\\)");
   std::set<int> reported;
   std::set<std::string> sequences;
-  for (std::sregex_iterator it(err.begin(), err.end(), report), end; it != end; ++it) {
-    reported.insert(std::stoi((*it)[1]));
-    sequences.insert((*it)[2]);
-    EXPECT_EQ((*it)[3], std::to_string(d.fault_rank)) << it->str();
+  for (const auto& t : timeout_reports(err)) {
+    reported.insert(t.rank);
+    sequences.insert(t.sequence);
+    EXPECT_EQ(t.missing, std::to_string(d.fault_rank)) << "rank " << t.rank << "\n" << err;
   }
   std::set<int> survivors;
   for (int r = 0; r < d.ranks; ++r) {
