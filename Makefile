@@ -5,7 +5,7 @@ BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: deps configure build run test test-asan test-tsan bench bench-compare format lint clean
+.PHONY: deps configure build run test test-asan test-tsan bench-training bench-compare format lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -30,6 +30,9 @@ test-tsan:
 	$(MAKE) test PRESET=tsan
 
 # Cohort against OpenMPI and Gloo, side by side; writes the table into BENCHMARKS.md.
+bench-training: build
+	scripts/bench-training.sh
+
 bench-compare: build
 	scripts/bench-compare.sh
 

@@ -86,9 +86,7 @@ json train(TrainerContext& ctx) {
     std::string bytes, name;
     if (rank == 0) {
       CheckpointDir dir(ctx.resume_from, cfg.checkpoint.keep);
-      std::vector<std::string> skipped;
-      auto newest = dir.newest_valid(&skipped);
-      for (const auto& s : skipped) spdlog::warn("skipping checkpoint: {}", s);
+      auto newest = dir.newest_valid();  // logs each corrupt checkpoint it skips
       if (!newest) throw Error("no valid checkpoint to resume from in " + ctx.resume_from);
       name = newest->path.string();
       bytes = read_file(newest->path);

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Cohort against PyTorch DDP (Gloo backend, Debian's python3-torch) on the same training job: the
+# same model, data, hyperparameters, per-worker batch size and one thread per worker, at 1 and 2
+# workers, in one run. Writes the training section of BENCHMARKS.md (between its markers).
+#
+#   scripts/bench-training.sh          # or: make bench-training
+#
+# Environment: BENCH_MODELS ("mlp cnn"), BENCH_WORKERS ("1 2"), BENCH_EPOCHS (1),
+# BENCH_BUILD_DIR (build/release), BENCH_OUTPUT (BENCHMARKS.md).
+# samples/s is every sample trained on by all workers divided by the training loop's wall time
+# (data loading and evaluation excluded), for both. Scaling efficiency = samples/s at N workers /
+# (N x samples/s at 1 worker).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BENCH_BUILD_DIR:-$ROOT/build/release}
+MODELS=${BENCH_MODELS:-mlp cnn}
+WORKERS=${BENCH_WORKERS:-1 2}
+EPOCHS=${BENCH_EPOCHS:-1}
+OUTPUT=${BENCH_OUTPUT:-$ROOT/BENCHMARKS.md}
+OUT=$BUILD/bench-training
+RESULTS=$OUT/results.jsonl
+mkdir -p "$OUT"
+: >"$RESULTS"
+
+cmake --build "$BUILD" --target cohort >/dev/null
+load_before=$(uptime | sed 's/.*load average: //')
+started=$(date +%s)
+
+for model in $MODELS; do
+  for n in $WORKERS; do
+    echo "bench-training: $model, $n worker(s): PyTorch DDP"
+    OMP_NUM_THREADS=1 /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node "$n" \
+      --redirects 1 --tee 1 "$ROOT/bench/pytorch_ddp.py" --model "$model" --epochs "$EPOCHS" \
+      --batch-size 64 --lr 0.05 --momentum 0.9 --seed 0 --threads 1 2>/dev/null |
+      sed -n 's/^\[default0\]://p' | grep '^{' >>"$RESULTS"
+    echo "bench-training: $model, $n worker(s): Cohort"
+    run_dir=$OUT/cohort-$model-$n
+    rm -rf "$run_dir"
+    "$BUILD/cohort" run "$ROOT/examples/fashion-$model.yaml" --run-dir "$run_dir" \
+      --set workers="$n" --set threads_per_worker=1 --set train.epochs="$EPOCHS" \
+      --set train.batch_size=64 --set train.seed=0 --set checkpoint.every_steps=0 >/dev/null
+    /usr/bin/python3 - "$run_dir/summary.json" "$model" >>"$RESULTS" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+print(json.dumps({"library": "cohort", "model": sys.argv[2], "workers": s["world_size"],
+                  "samples": s["samples"], "train_seconds": s["train_seconds"],
+                  "samples_per_sec": s["samples_per_sec"], "test_accuracy": s["test_accuracy"],
+                  "comm_seconds": s["comm_seconds"]}))
+PY
+  done
+done
+elapsed=$(($(date +%s) - started))
+load_after=$(uptime | sed 's/.*load average: //')
+
+/usr/bin/python3 - "$RESULTS" "$OUTPUT" "$elapsed" "$load_before" "$load_after" <<'PY'
+import json, os, subprocess, sys, time
+results, output, elapsed, load_before, load_after = sys.argv[1:6]
+BEGIN, END = "<!-- training:begin -->", "<!-- training:end -->"
+rows = [json.loads(l) for l in open(results) if l.strip()]
+by = {(r["library"], r["model"], r["workers"]): r for r in rows}
+models = sorted({r["model"] for r in rows}, key=lambda m: ["mlp", "cnn", "resnet"].index(m))
+workers = sorted({r["workers"] for r in rows})
+cpu = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True, capture_output=True,
+                     text=True).stdout.strip()
+lines = [BEGIN, "## Training: Cohort vs PyTorch DDP", "",
+         "Command: `scripts/bench-training.sh` (`make bench-training`). Machine: %d CPUs (%s), "
+         "Linux %s. Run %s, %s s, load average before %s, after %s." % (
+             os.cpu_count(), cpu, os.uname().release, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+             elapsed, load_before, load_after), "",
+         "Same model, Fashion-MNIST, SGD lr 0.05 momentum 0.9, batch 64 per worker, one thread per "
+         "worker, 1 epoch. PyTorch DDP: torch.distributed with Gloo (Debian's python3-torch 1.13), "
+         "`bench/pytorch_ddp.py`. samples/s = samples trained by all workers / training wall time.", "",
+         "| model | workers | PyTorch DDP samples/s | Cohort samples/s | Cohort / PyTorch | "
+         "PyTorch scaling eff. | Cohort scaling eff. | PyTorch test acc. | Cohort test acc. |",
+         "|---|---|---|---|---|---|---|---|---|"]
+for m in models:
+    for n in workers:
+        p, c = by.get(("pytorch-ddp", m, n)), by.get(("cohort", m, n))
+        p1, c1 = by.get(("pytorch-ddp", m, 1)), by.get(("cohort", m, 1))
+        def eff(r, r1):
+            return "%.2f" % (r["samples_per_sec"] / (n * r1["samples_per_sec"])) if r and r1 else "-"
+        def f(r, k, fmt):
+            return fmt % r[k] if r else "-"
+        ratio = "**%.2f×**" % (c["samples_per_sec"] / p["samples_per_sec"]) if p and c else "-"
+        lines.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s |" % (
+            m, n, f(p, "samples_per_sec", "%.0f"), f(c, "samples_per_sec", "%.0f"), ratio,
+            eff(p, p1), eff(c, c1), f(p, "test_accuracy", "%.4f"), f(c, "test_accuracy", "%.4f")))
+lines += ["", "Targets: at 2 workers Cohort ≥ 1.3× PyTorch DDP's samples/s on the mlp and ≥ 1.05× on "
+          "the cnn; cnn scaling efficiency ≥ 0.9; accuracy within 0.5 points of PyTorch's.", END]
+text = open(output).read() if os.path.exists(output) else "# Benchmarks\n"
+section = "\n".join(lines)
+if BEGIN in text and END in text:
+    text = text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
+else:
+    text = text.rstrip() + "\n\n" + section + "\n"
+open(output, "w").write(text)
+print(section)
+PY
