@@ -66,12 +66,18 @@ Options parse(int argc, char** argv) {
       if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--ranks") o.ranks = std::stoi(value());
-    else if (a == "--sizes") o.sizes = cb::parse_sizes(value(), sizeof(float));
-    else if (a == "--algo") o.algos = split(value());
-    else if (a == "--iters") o.method.iters = std::stoi(value());
-    else if (a == "--warmup") o.method.warmup = std::stoi(value());
-    else throw std::invalid_argument("unknown option " + a);
+    if (a == "--ranks")
+      o.ranks = std::stoi(value());
+    else if (a == "--sizes")
+      o.sizes = cb::parse_sizes(value(), sizeof(float));
+    else if (a == "--algo")
+      o.algos = split(value());
+    else if (a == "--iters")
+      o.method.iters = std::stoi(value());
+    else if (a == "--warmup")
+      o.method.warmup = std::stoi(value());
+    else
+      throw std::invalid_argument("unknown option " + a);
   }
   if (o.ranks < 1) throw std::invalid_argument("--ranks must be at least 1");
   for (const auto& a : o.algos) {
@@ -125,8 +131,7 @@ int run_rank(const Options& o, int rank, const std::string& store_dir) {
         float want = static_cast<float>(n * (n + 1) / 2 + n * (i % 7));
         if (buf[i] != want) {
           std::fprintf(stderr, "gloo %s rank %d: wrong result at %d for %llu bytes: %g != %g\n",
-                       algo.c_str(), rank, i, static_cast<unsigned long long>(bytes), buf[i],
-                       want);
+                       algo.c_str(), rank, i, static_cast<unsigned long long>(bytes), buf[i], want);
           return 1;
         }
       }
@@ -136,8 +141,13 @@ int run_rank(const Options& o, int rank, const std::string& store_dir) {
           o.method, [&] { allreduce->run(); },
           [&](std::vector<double>& v) { max_across_ranks(ctx, v); });
       if (rank == 0) {
-        cb::Result r{.algorithm = algo, .library = "gloo", .transport = "tcp", .ranks = n,
-                     .bytes = bytes, .time_us = m.time_us, .iters = m.iters};
+        cb::Result r{.algorithm = algo,
+                     .library = "gloo",
+                     .transport = "tcp",
+                     .ranks = n,
+                     .bytes = bytes,
+                     .time_us = m.time_us,
+                     .iters = m.iters};
         std::printf("%s\n", cb::to_json(r).c_str());
         std::fflush(stdout);
       }

@@ -30,11 +30,16 @@ int run(int argc, char** argv, int rank, int size) {
       if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
       return argv[++i];
     };
-    if (a == "--sizes") sizes = cb::parse_sizes(value(), sizeof(float));
-    else if (a == "--transport") transport = value();
-    else if (a == "--iters") method.iters = std::stoi(value());
-    else if (a == "--warmup") method.warmup = std::stoi(value());
-    else throw std::invalid_argument("unknown option " + a);
+    if (a == "--sizes")
+      sizes = cb::parse_sizes(value(), sizeof(float));
+    else if (a == "--transport")
+      transport = value();
+    else if (a == "--iters")
+      method.iters = std::stoi(value());
+    else if (a == "--warmup")
+      method.warmup = std::stoi(value());
+    else
+      throw std::invalid_argument("unknown option " + a);
   }
 
   for (uint64_t bytes : sizes) {
@@ -46,8 +51,8 @@ int run(int argc, char** argv, int rank, int size) {
     for (int i = 0; i < count; ++i) {
       float want = static_cast<float>(size * (size + 1) / 2 + size * (i % 7));
       if (buf[i] != want) {
-        std::fprintf(stderr, "mpi rank %d: wrong result at %d for %llu bytes: %g != %g\n", rank,
-                     i, static_cast<unsigned long long>(bytes), buf[i], want);
+        std::fprintf(stderr, "mpi rank %d: wrong result at %d for %llu bytes: %g != %g\n", rank, i,
+                     static_cast<unsigned long long>(bytes), buf[i], want);
         return 1;
       }
     }
@@ -55,16 +60,19 @@ int run(int argc, char** argv, int rank, int size) {
     std::fill(buf.begin(), buf.end(), 0.0f);
     auto m = cb::measure(
         method,
-        [&] {
-          MPI_Allreduce(MPI_IN_PLACE, buf.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        },
+        [&] { MPI_Allreduce(MPI_IN_PLACE, buf.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); },
         [&](std::vector<double>& v) {
           MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_DOUBLE, MPI_MAX,
                         MPI_COMM_WORLD);
         });
     if (rank == 0) {
-      cb::Result r{.algorithm = "default", .library = "openmpi", .transport = transport,
-                   .ranks = size, .bytes = bytes, .time_us = m.time_us, .iters = m.iters};
+      cb::Result r{.algorithm = "default",
+                   .library = "openmpi",
+                   .transport = transport,
+                   .ranks = size,
+                   .bytes = bytes,
+                   .time_us = m.time_us,
+                   .iters = m.iters};
       std::printf("%s\n", cb::to_json(r).c_str());
       std::fflush(stdout);
     }

@@ -23,7 +23,9 @@ struct BenchCase {
   std::string algo;
 };
 
-void PrintTo(const BenchCase& c, std::ostream* os) { *os << c.algo << ", " << c.ranks << " ranks"; }
+void PrintTo(const BenchCase& c, std::ostream* os) {
+  *os << c.algo << ", " << c.ranks << " ranks";
+}
 
 class BenchJson : public ::testing::TestWithParam<BenchCase> {};
 
@@ -33,8 +35,8 @@ class BenchJson : public ::testing::TestWithParam<BenchCase> {};
 TEST_P(BenchJson, PrintsOneContractLinePerSize) {
   const auto& c = GetParam();
   CohortProcess p({"bench", "allreduce", "--ranks", std::to_string(c.ranks), "--sizes",
-                   "4K,4100,256K", "--algo", c.algo, "--iters", "20", "--warmup", "2",
-                   "--timeout", "20000", "--json"});
+                   "4K,4100,256K", "--algo", c.algo, "--iters", "20", "--warmup", "2", "--timeout",
+                   "20000", "--json"});
   auto st = p.wait_for(90s);
   ASSERT_TRUE(st) << "launcher still running after 90 s\n" << p.err();
   ASSERT_TRUE(exited_with(st, 0)) << p.err();
@@ -69,8 +71,8 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, BenchJson,
                          });
 
 TEST(BenchCli, PrintsAnAlignedTableWithoutJson) {
-  CohortProcess p({"bench", "allreduce", "--ranks", "2", "--sizes", "4K,1M", "--iters", "10",
-                   "--warmup", "1"});
+  CohortProcess p(
+      {"bench", "allreduce", "--ranks", "2", "--sizes", "4K,1M", "--iters", "10", "--warmup", "1"});
   auto st = p.wait_for(60s);
   ASSERT_TRUE(exited_with(st, 0)) << p.err();
   std::string out = p.out();

@@ -26,12 +26,26 @@ std::string name(const ::testing::TestParamInfo<Drill>& info) {
 }
 
 std::vector<std::string> drill_args(const Drill& d, const char* fault, int timeout_ms) {
-  return {"bench",        "allreduce", "--ranks", std::to_string(d.ranks),
-          "--sizes",      "1M",        "--algo",  d.algo,
-          "--iters",      "200",       "--warmup", "0",
-          "--timeout",    std::to_string(timeout_ms),
-          "--fault",      fault,       "--fault-rank", std::to_string(d.fault_rank),
-          "--fault-after-iters", "7"};
+  return {"bench",
+          "allreduce",
+          "--ranks",
+          std::to_string(d.ranks),
+          "--sizes",
+          "1M",
+          "--algo",
+          d.algo,
+          "--iters",
+          "200",
+          "--warmup",
+          "0",
+          "--timeout",
+          std::to_string(timeout_ms),
+          "--fault",
+          fault,
+          "--fault-rank",
+          std::to_string(d.fault_rank),
+          "--fault-after-iters",
+          "7"};
 }
 
 class KillDrill : public ::testing::TestWithParam<Drill> {};

@@ -85,9 +85,12 @@ BenchOptions parse_options(const Args& a) {
   o.timeout = std::chrono::milliseconds(int_in("timeout", 30000, 1, 24 * 3600 * 1000));
   o.json = a.has("json");
   if (auto f = a.get("fault")) {
-    if (*f == "kill") o.fault.kind = FaultKind::Kill;
-    else if (*f == "stop") o.fault.kind = FaultKind::Stop;
-    else throw ConfigError("--fault must be kill or stop, got '" + *f + "'");
+    if (*f == "kill")
+      o.fault.kind = FaultKind::Kill;
+    else if (*f == "stop")
+      o.fault.kind = FaultKind::Stop;
+    else
+      throw ConfigError("--fault must be kill or stop, got '" + *f + "'");
     o.fault.rank = int_in("fault-rank", 1, 0, o.ranks - 1);
     o.fault.after_iters = int_in("fault-after-iters", 0, 0, 1 << 30);
   }
@@ -97,7 +100,9 @@ BenchOptions parse_options(const Args& a) {
 // --- signals -------------------------------------------------------------------------------
 
 volatile sig_atomic_t g_signal = 0;
-void on_signal(int sig) { g_signal = sig; }
+void on_signal(int sig) {
+  g_signal = sig;
+}
 
 // Routes SIGINT and SIGTERM to a flag for the lifetime of the launcher.
 class SignalGuard {
@@ -228,7 +233,9 @@ class RankProcesses {
   std::vector<Rank> ranks_;
 };
 
-bool succeeded(const Rank& r) { return WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0; }
+bool succeeded(const Rank& r) {
+  return WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
+}
 
 std::string outcome(const Rank& r, store::Store& store) {
   std::string head = "rank " + std::to_string(r.rank);
@@ -354,9 +361,9 @@ int launch(const Args& a, const BenchOptions& o) {
     std::vector<std::string> lines;
     for (const Rank* r : failed) lines.push_back(outcome(*r, client));
     for (size_t i = 1; i < lines.size(); ++i) std::cerr << "cohort bench: " << lines[i] << "\n";
-    throw Error(lines[0] + (failed.size() > 1 ? " (first of " + std::to_string(failed.size()) +
-                                                    " failed ranks)"
-                                              : ""));
+    throw Error(lines[0] + (failed.size() > 1
+                                ? " (first of " + std::to_string(failed.size()) + " failed ranks)"
+                                : ""));
   }
   if (reported != o.sizes.size()) {
     throw Error("rank 0 exited after reporting " + std::to_string(reported) + " of " +

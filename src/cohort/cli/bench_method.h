@@ -51,9 +51,7 @@ struct Result {
   int iters = 0;
 
   double algbw_gbps() const { return time_us > 0 ? bytes / (time_us * 1e-6) / 1e9 : 0; }
-  double busbw_gbps() const {
-    return ranks > 0 ? algbw_gbps() * 2.0 * (ranks - 1) / ranks : 0;
-  }
+  double busbw_gbps() const { return ranks > 0 ? algbw_gbps() * 2.0 * (ranks - 1) / ranks : 0; }
 };
 
 inline std::string to_json(const Result& r) {
@@ -63,8 +61,8 @@ inline std::string to_json(const Result& r) {
                 "\"transport\":\"%s\",\"ranks\":%d,\"bytes\":%llu,\"time_us\":%.3f,"
                 "\"algbw_gbps\":%.4f,\"busbw_gbps\":%.4f,\"iters\":%d}",
                 r.algorithm.c_str(), r.library.c_str(), r.transport.c_str(), r.ranks,
-                static_cast<unsigned long long>(r.bytes), r.time_us, r.algbw_gbps(),
-                r.busbw_gbps(), r.iters);
+                static_cast<unsigned long long>(r.bytes), r.time_us, r.algbw_gbps(), r.busbw_gbps(),
+                r.iters);
   return buf;
 }
 
@@ -76,14 +74,29 @@ inline uint64_t parse_size(std::string_view s) {
                                 "' (expected a number with an optional K, M or G suffix)");
   };
   if (t.empty()) fail();
-  if (t.size() > 2 && (t.ends_with("iB") || t.ends_with("ib"))) t.resize(t.size() - 2);
-  else if (t.size() > 1 && (t.back() == 'B' || t.back() == 'b')) t.pop_back();
+  if (t.size() > 2 && (t.ends_with("iB") || t.ends_with("ib")))
+    t.resize(t.size() - 2);
+  else if (t.size() > 1 && (t.back() == 'B' || t.back() == 'b'))
+    t.pop_back();
   uint64_t mult = 1;
   switch (t.empty() ? '\0' : t.back()) {
-    case 'k': case 'K': mult = 1ull << 10; t.pop_back(); break;
-    case 'm': case 'M': mult = 1ull << 20; t.pop_back(); break;
-    case 'g': case 'G': mult = 1ull << 30; t.pop_back(); break;
-    default: break;
+    case 'k':
+    case 'K':
+      mult = 1ull << 10;
+      t.pop_back();
+      break;
+    case 'm':
+    case 'M':
+      mult = 1ull << 20;
+      t.pop_back();
+      break;
+    case 'g':
+    case 'G':
+      mult = 1ull << 30;
+      t.pop_back();
+      break;
+    default:
+      break;
   }
   if (t.empty() || t.find_first_not_of("0123456789") != std::string::npos || t.size() > 12) fail();
   return std::stoull(t) * mult;

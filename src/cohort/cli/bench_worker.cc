@@ -110,8 +110,12 @@ class Worker {
         });
     if (rank_ == 0) {
       bench::Result r{.algorithm = std::string(comm::algorithm_name(o_.algorithm)),
-                      .library = "cohort", .transport = "tcp", .ranks = o_.ranks,
-                      .bytes = bytes, .time_us = m.time_us, .iters = m.iters};
+                      .library = "cohort",
+                      .transport = "tcp",
+                      .ranks = o_.ranks,
+                      .bytes = bytes,
+                      .time_us = m.time_us,
+                      .iters = m.iters};
       store_.set(bench_result_key(index), store::to_bytes(bench::to_json(r)));
     }
   }
@@ -143,8 +147,10 @@ int run_bench_worker(const BenchOptions& options, int rank, const std::string& s
   log::set_context(rank);
   const char* token_env = std::getenv(kBenchTokenEnv);
   if (!token_env) {
-    std::fprintf(stderr, "rank %d failed: ConfigError: %s is not set (ranks are started by "
-                 "'cohort bench allreduce')\n", rank, kBenchTokenEnv);
+    std::fprintf(stderr,
+                 "rank %d failed: ConfigError: %s is not set (ranks are started by "
+                 "'cohort bench allreduce')\n",
+                 rank, kBenchTokenEnv);
     return 2;
   }
   const std::string token = token_env;

@@ -41,7 +41,9 @@ struct BenchOptions {
 inline std::string bench_result_key(size_t size_index) {
   return "bench/result/" + std::to_string(size_index);
 }
-inline std::string bench_error_key(int rank) { return "bench/error/" + std::to_string(rank); }
+inline std::string bench_error_key(int rank) {
+  return "bench/error/" + std::to_string(rank);
+}
 
 // Runs rank `rank`; returns the process exit status. An error is posted to the store under
 // bench_error_key(rank) as "rank R failed: <kind> (<parties>): <message>" (printed to stderr if
