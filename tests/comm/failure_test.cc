@@ -120,7 +120,14 @@ TEST(Failure, TimeoutNamesTheRankThatNeverCalledNotTheNeighbourWaitingOnIt) {
   auto start = Clock::now();
   auto e = caught([&] { world[2].allreduce(Buffer{DType::F32, buf.data(), buf.size()})->wait(); });
   EXPECT_LT(seconds_since(start), 3.0);
-  EXPECT_TRUE(e);
+  try {
+    std::rethrow_exception(e);
+  } catch (const PeerLostError& lost) {
+    EXPECT_NE(std::string(lost.what()).find("giving up on this rank"), std::string::npos)
+        << lost.what();
+  } catch (const std::exception& other) {
+    ADD_FAILURE() << "rank 2 got " << other.what();
+  }
 }
 
 TEST(Failure, TwoRankTimeoutNamesThePeer) {

@@ -388,8 +388,17 @@ std::exception_ptr TcpCommunicator::peer_lost(const Op& op, const PeerLostError&
     std::string cause;
     if (decode_record(store::to_string(store_.get(rec_key)), &culprit, &cause)) {
       std::string msg = what + " failed on rank " + std::to_string(rank()) + ": rank " +
-                        std::to_string(peer) + " closed its connections after a failure";
-      if (culprit != peer) msg += " of rank " + std::to_string(culprit);
+                        std::to_string(peer) + " closed its connections after ";
+      if (culprit == rank()) {
+        // The others gave up waiting for this rank (it was late or stuck); the peer is what
+        // this rank lost.
+        msg += "giving up on this rank";
+        culprit = peer;
+      } else if (culprit != peer) {
+        msg += "a failure of rank " + std::to_string(culprit);
+      } else {
+        msg += "a failure";
+      }
       msg += " (rank " + std::to_string(peer) + " reported: " + cause + ")";
       return std::make_exception_ptr(PeerLostError(culprit, msg));
     }
