@@ -6,7 +6,8 @@
 #   scripts/bench-training.sh          # or: make bench-training
 #
 # Environment: BENCH_MODELS ("mlp cnn"), BENCH_WORKERS ("1 2"), BENCH_EPOCHS (1),
-# BENCH_BUILD_DIR (build/release), BENCH_OUTPUT (BENCHMARKS.md).
+# BENCH_BUILD_DIR (build/release), BENCH_OUTPUT (BENCHMARKS.md), BENCH_SKIP_BUILD=1 (use the
+# binary already in BENCH_BUILD_DIR).
 # samples/s is every sample trained on by all workers divided by the training loop's wall time
 # (data loading and evaluation excluded), for both. Scaling efficiency = samples/s at N workers /
 # (N x samples/s at 1 worker).
@@ -23,7 +24,7 @@ RESULTS=$OUT/results.jsonl
 mkdir -p "$OUT"
 : >"$RESULTS"
 
-cmake --build "$BUILD" --target cohort >/dev/null
+if [[ ${BENCH_SKIP_BUILD:-0} != 1 ]]; then cmake --build "$BUILD" --target cohort >/dev/null; fi
 load_before=$(uptime | sed 's/.*load average: //')
 started=$(date +%s)
 

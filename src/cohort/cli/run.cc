@@ -225,7 +225,12 @@ int run_main(int argc, char** argv) {
         .executable = self,
         .args = {"worker", "--join", "127.0.0.1:" + std::to_string(ep.port), "--rank",
                  std::to_string(r)},
-        .env = {{"COHORT_TOKEN", token}},
+        // BLAS and OpenMP pools are sized when the libraries load, before main(): the worker's
+        // thread budget has to be in its environment from the start, or every worker starts a
+        // pool as wide as the machine and the workers fight over the cores.
+        .env = {{"COHORT_TOKEN", token},
+                {"OMP_NUM_THREADS", std::to_string(cfg.threads_per_worker)},
+                {"OPENBLAS_NUM_THREADS", std::to_string(cfg.threads_per_worker)}},
         .stdout_path = log,
         .stderr_path = log,
     }));
