@@ -9,6 +9,7 @@
 // Ctrl-C (SIGINT) or SIGTERM stops every worker and the job ends as "cancelled"; workers also die
 // with the launcher if it is killed (PR_SET_PDEATHSIG), so no process is ever orphaned.
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -157,18 +158,45 @@ std::string tail_of(const fs::path& p, size_t max_bytes = 2000) {
   return s;
 }
 
+// The job token: from `path` if it exists, else fresh random bytes, written to `path` (0600) when
+// one is given so that workers started elsewhere can read it.
+std::string job_token(const std::string& path) {
+  if (!path.empty() && fs::exists(path)) {
+    std::string t = read_file(path);
+    while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
+    if (t.size() < 16) throw ConfigError("--token-file " + path + ": a token needs 16 characters or more");
+    return t;
+  }
+  uint8_t raw[32];
+  random_bytes(raw, sizeof(raw));
+  std::string token = to_hex(raw, sizeof(raw));
+  if (!path.empty()) {
+    mode_t old_mask = ::umask(077);  // the file is never readable by others, not even briefly
+    write_file_atomically(path, token + "\n");
+    ::umask(old_mask);
+  }
+  return token;
+}
+
 int usage(std::ostream& os, int code) {
   os << "usage: cohort run JOB.yaml [--set key=value]... [--run-dir DIR]\n"
-        "       cohort run --resume RUN_DIR [--set key=value]...\n\n"
-        "Runs a training job on this machine: a coordinator in this process and one worker\n"
-        "process per worker. Ctrl-C stops the job cleanly.\n";
+        "       cohort run --resume RUN_DIR [--set key=value]...\n"
+        "options: --bind HOST --port P        where the coordinator listens (127.0.0.1, any port)\n"
+        "         --external-workers          start no workers: they are started elsewhere with\n"
+        "                                     `cohort worker --join HOST:PORT` (mpirun, srun, ...)\n"
+        "         --token-file F              the job token: read from F, or written to F (mode\n"
+        "                                     0600) if F does not exist\n\n"
+        "Runs a training job: a coordinator in this process and one worker process per worker.\n"
+        "Ctrl-C stops the job cleanly.\n";
   return code;
 }
 
 }  // namespace
 
 int run_main(int argc, char** argv) {
-  Args args(argc, argv, {"set", "run-dir", "resume", "bind", "port"}, {"help"});
+  Args args(argc, argv, {"set", "run-dir", "resume", "bind", "port", "token-file"},
+            {"help", "external-workers"});
+  const bool external = args.has("external-workers");
   if (args.has("help")) return usage(std::cout, 0);
   std::string resume_dir = args.get_or("resume", "");
   if (args.positionals().size() != (resume_dir.empty() ? 1u : 0u)) return usage(std::cerr, 2);
@@ -189,9 +217,7 @@ int run_main(int argc, char** argv) {
   write_file_atomically(run_dir / "config.yaml", train::to_yaml(cfg));
   EventLog events(run_dir / "events.jsonl");
 
-  uint8_t raw[32];
-  random_bytes(raw, sizeof(raw));
-  std::string token = to_hex(raw, sizeof(raw));
+  std::string token = job_token(args.get_or("token-file", ""));
 
   elastic::Coordinator coordinator({
       .bind_host = args.get_or("bind", "127.0.0.1"),
@@ -219,7 +245,13 @@ int run_main(int argc, char** argv) {
   auto start = Clock::now();
   std::string self = elastic::self_executable();
   std::vector<elastic::ChildProcess> workers;
-  for (int r = 0; r < cfg.workers; ++r) {
+  if (external) {
+    std::printf("cohort: waiting for %ld workers: cohort worker --join %s --token-file %s\n",
+                static_cast<long>(cfg.workers), ep.str().c_str(),
+                args.get_or("token-file", "<file with the job token>").c_str());
+    std::fflush(stdout);
+  }
+  for (int r = 0; r < (external ? 0 : cfg.workers); ++r) {
     std::string log = (run_dir / "logs" / ("rank-" + std::to_string(r) + ".log")).string();
     workers.push_back(elastic::ChildProcess::spawn({
         .executable = self,
@@ -270,6 +302,14 @@ int run_main(int argc, char** argv) {
                 st->describe();
         if (reported) error += ": rank " + std::to_string(reported->first) + ": " + reported->second;
       }
+    }
+    if (external) {
+      // Workers are not our children: their reports through the store are all we see.
+      if (auto reported = coordinator.failure()) {
+        failed = true;
+        error = "rank " + std::to_string(reported->first) + ": " + reported->second;
+      }
+      all_done = coordinator.summaries().has_value();
     }
     if (failed) {
       status = "failed";
