@@ -5,7 +5,7 @@ BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: deps configure build run test test-asan test-tsan bench-training bench-compare format lint clean
+.PHONY: deps configure build run test install test-asan test-tsan bench-training bench-compare format lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -35,6 +35,10 @@ bench-training: build
 
 bench-compare: build
 	scripts/bench-compare.sh
+
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 format:
 	find src tests bench -name '*.h' -o -name '*.cc' | xargs clang-format -i
