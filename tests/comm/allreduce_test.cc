@@ -58,7 +58,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
                        ::testing::Values(size_t{0}, size_t{1}, size_t{7}, size_t{1000}, kBig),
                        ::testing::Values(Algorithm::Ring, Algorithm::HalvingDoubling,
-                                         Algorithm::Auto)),
+                                         Algorithm::RecursiveDoubling, Algorithm::Auto)),
     [](const auto& info) {
       return "n" + std::to_string(std::get<0>(info.param)) + "_count" +
              std::to_string(std::get<1>(info.param)) + "_" +
@@ -81,9 +81,11 @@ TEST(AllreduceStats, RingMovesTwiceTheBufferTimesNMinusOneOverN) {
   });
 }
 
-TEST(AllreduceAuto, PicksHalvingDoublingForSmallAndRingForLarge) {
+TEST(AllreduceAuto, PicksRecursiveDoublingForTinyHalvingDoublingForSmallAndRingForLarge) {
   // Only the shape of the rule is fixed here; the thresholds are tuned by measurement.
-  EXPECT_EQ(choose_allreduce(1 << 10, 8), Algorithm::HalvingDoubling);
+  EXPECT_EQ(choose_allreduce(1 << 10, 2), Algorithm::RecursiveDoubling);
+  EXPECT_EQ(choose_allreduce(1 << 10, 8), Algorithm::RecursiveDoubling);
+  EXPECT_EQ(choose_allreduce(kRecursiveDoublingMaxBytes + 4, 8), Algorithm::HalvingDoubling);
   EXPECT_EQ(choose_allreduce(64 << 20, 8), Algorithm::Ring);
   EXPECT_EQ(choose_allreduce(64 << 20, 3), Algorithm::Ring);
 }

@@ -45,7 +45,7 @@ constexpr const char* kUsage =
     "  --ranks N          number of processes (default 2)\n"
     "  --sizes LIST       message sizes in bytes, K/M/G suffixes are binary\n"
     "                     (default 4K,64K,1M,16M,64M)\n"
-    "  --algo NAME        ring | halving_doubling | auto (default auto)\n"
+    "  --algo NAME        ring | halving_doubling | recursive_doubling | auto (default auto)\n"
     "  --iters K          timed iterations per size (default: enough for ~0.5 s, 10..10000)\n"
     "  --warmup W         warm-up iterations per size (default 5)\n"
     "  --timeout MS       deadline of setup and of every collective (default 30000)\n"

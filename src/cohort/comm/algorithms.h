@@ -69,11 +69,14 @@ struct Blocks {
   size_t length(size_t b) const { return offset(b + 1) - offset(b); }
 };
 
+// Auto uses recursive doubling up to this many bytes (see allreduce_auto.cc).
+inline constexpr size_t kRecursiveDoublingMaxBytes = size_t{32} << 10;
 // Which allreduce algorithm Auto picks for `bytes` on `size` ranks.
 Algorithm choose_allreduce(size_t bytes, int size);
 
 void allreduce_ring(OpContext& ctx, Buffer buf, ReduceOp op);
 void allreduce_halving_doubling(OpContext& ctx, Buffer buf, ReduceOp op);
+void allreduce_recursive_doubling(OpContext& ctx, Buffer buf, ReduceOp op);
 void reduce_scatter_ring(OpContext& ctx, Buffer in, Buffer out, ReduceOp op);
 void allgather_ring(OpContext& ctx, Buffer in, Buffer out);
 void broadcast(OpContext& ctx, Buffer buf, int root);

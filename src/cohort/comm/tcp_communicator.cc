@@ -13,6 +13,10 @@ namespace {
 // How long a rank that lost a peer waits for that peer's failure record before naming the peer
 // itself (a killed process never writes one).
 constexpr Millis kFailureRecordWait{200};
+// The most that diagnosing a failure adds to an operation's deadline: the grace period of a timeout
+// (at most 2 s) or kFailureRecordWait, plus the store round trips.
+constexpr Millis kDiagnosisBound{3000};
+
 
 std::string join(const std::vector<int>& ranks) {
   std::string s;
@@ -64,8 +68,31 @@ std::unique_ptr<Communicator> Communicator::create(store::Store& store, const Co
   return std::make_unique<TcpCommunicator>(store, config, std::move(mesh));
 }
 
+// Works outlive their communicator; the Runner they share forgets it when it is destroyed.
+class TcpCommunicator::Runner final : public WorkRunner {
+ public:
+  explicit Runner(TcpCommunicator* comm) : comm_(comm) {}
+  void run_until(const Work& work, std::chrono::milliseconds limit) override {
+    // Another waiting thread is running an operation: wait like anyone else (a wait with a
+    // timeout must not queue behind it).
+    std::unique_lock lk(mu_, std::try_to_lock);
+    if (lk.owns_lock() && comm_) comm_->run_until(work, limit);
+  }
+  void detach() {
+    std::lock_guard lk(mu_);
+    comm_ = nullptr;
+  }
+
+ private:
+  std::mutex mu_;
+  TcpCommunicator* comm_;
+};
+
 TcpCommunicator::TcpCommunicator(store::Store& store, const CommConfig& config, Mesh mesh)
-    : store_(store), config_(config), mesh_(std::move(mesh)) {
+    : store_(store),
+      config_(config),
+      mesh_(std::move(mesh)),
+      runner_(std::make_shared<Runner>(this)) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -76,6 +103,7 @@ TcpCommunicator::~TcpCommunicator() {
     busy = in_flight_ || !queue_.empty();
   }
   if (busy) abort("communicator destroyed");
+  runner_->detach();  // waits for an operation running on a waiting thread (aborted if busy)
   {
     std::lock_guard lk(mu_);
     stop_ = true;
@@ -103,10 +131,10 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype,
   {
     std::lock_guard lk(mu_);
     if (kind == OpKind::PointToPoint) {
-      op.work = std::make_shared<Work>(p2p_name, next_p2p_++);
+      op.work = std::make_shared<Work>(p2p_name, next_p2p_++, runner_);
     } else {
       op.id.seq = next_seq_++;
-      op.work = std::make_shared<Work>(std::string(op_kind_name(kind)), op.id.seq);
+      op.work = std::make_shared<Work>(std::string(op_kind_name(kind)), op.id.seq, runner_);
     }
     fatal = fatal_;
     if (!fatal) queue_.push_back(op);
@@ -127,6 +155,8 @@ std::shared_ptr<Work> TcpCommunicator::allreduce(Buffer buf, const AllreduceOpti
   return enqueue(OpKind::Allreduce, buf.dtype, opts.timeout, [buf, algo, op](OpContext& ctx) {
     if (algo == Algorithm::HalvingDoubling) {
       allreduce_halving_doubling(ctx, buf, op);
+    } else if (algo == Algorithm::RecursiveDoubling) {
+      allreduce_recursive_doubling(ctx, buf, op);
     } else {
       allreduce_ring(ctx, buf, op);
     }
@@ -232,7 +262,8 @@ void TcpCommunicator::loop() {
     Op op;
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      // An operation may be in flight on a waiting thread (run_until); the next one waits for it.
+      cv_.wait(lk, [&] { return queue_.empty() ? stop_ : !in_flight_; });
       if (queue_.empty()) return;  // stop_ and nothing left
       op = std::move(queue_.front());
       queue_.pop_front();
@@ -241,6 +272,32 @@ void TcpCommunicator::loop() {
     execute(op);
     std::lock_guard lk(mu_);
     in_flight_ = false;
+  }
+}
+
+void TcpCommunicator::run_until(const Work& work, std::chrono::milliseconds limit) {
+  for (;;) {
+    Op op;
+    {
+      std::lock_guard lk(mu_);
+      auto it = std::find_if(queue_.begin(), queue_.end(),
+                             [&](const Op& o) { return o.work.get() == &work; });
+      if (in_flight_ || it == queue_.end()) return;
+      if (limit != Millis::max()) {
+        // Only `work` alone, and only if its own deadline ends the wait first.
+        if (it != queue_.begin() || it->timeout > limit - kDiagnosisBound) return;
+      }
+      op = std::move(queue_.front());
+      queue_.pop_front();
+      in_flight_ = true;
+    }
+    execute(op);
+    {
+      std::lock_guard lk(mu_);
+      in_flight_ = false;
+    }
+    cv_.notify_one();  // the communication thread may be waiting for in_flight_ to clear
+    if (op.work.get() == &work) return;
   }
 }
 

@@ -1,6 +1,8 @@
 // The TCP communicator: a Mesh of connections plus one communication thread that runs queued
 // operations in issue order, and the failure handling around them (timeouts that name the stuck
-// ranks, fail-fast on a lost peer, abort).
+// ranks, fail-fast on a lost peer, abort). A thread that waits for an operation nobody has started
+// runs it itself (Work::wait); in_flight_ keeps one operation at a time, in queue order, whichever
+// thread runs it.
 #pragma once
 
 #include <atomic>
@@ -46,7 +48,11 @@ class TcpCommunicator final : public Communicator {
   std::shared_ptr<Work> enqueue(OpKind kind, DType dtype, std::chrono::milliseconds timeout,
                                 std::function<void(OpContext&)> body, uint32_t tag = 0,
                                 int peer = -1, const std::string& p2p_name = "");
+  class Runner;
   void loop();
+  // Runs queued operations up to and including `work` on the calling thread, unless one is in
+  // flight, `work` is no longer queued, or they might not end within `limit`.
+  void run_until(const Work& work, std::chrono::milliseconds limit);
   void execute(Op& op);
   // Turns the raw error of a failed operation into the error the user sees, and makes the
   // communicator fail-stop: records it for every later operation, tells the other ranks through
@@ -74,6 +80,7 @@ class TcpCommunicator final : public Communicator {
   std::exception_ptr fatal_;  // set once: every later operation fails with it
   uint64_t next_seq_ = 1;
   uint64_t next_p2p_ = 1;
+  std::shared_ptr<Runner> runner_;  // handed to every Work; outlives this communicator
   std::thread thread_;
 };
 

@@ -17,6 +17,7 @@ std::string_view algorithm_name(Algorithm a) {
     case Algorithm::Auto: return "auto";
     case Algorithm::Ring: return "ring";
     case Algorithm::HalvingDoubling: return "halving_doubling";
+    case Algorithm::RecursiveDoubling: return "recursive_doubling";
   }
   return "?";
 }
@@ -25,8 +26,9 @@ Algorithm parse_algorithm(std::string_view s) {
   if (s == "auto") return Algorithm::Auto;
   if (s == "ring") return Algorithm::Ring;
   if (s == "halving_doubling" || s == "hd") return Algorithm::HalvingDoubling;
+  if (s == "recursive_doubling" || s == "rd") return Algorithm::RecursiveDoubling;
   throw ConfigError("unknown algorithm '" + std::string(s) +
-                    "' (expected auto, ring or halving_doubling)");
+                    "' (expected auto, ring, halving_doubling or recursive_doubling)");
 }
 
 }  // namespace cohort::comm

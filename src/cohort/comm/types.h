@@ -13,11 +13,12 @@
 namespace cohort::comm {
 
 enum class ReduceOp : uint8_t { Sum = 0, Avg = 1, Max = 2, Min = 3 };
-enum class Algorithm : uint8_t { Auto = 0, Ring = 1, HalvingDoubling = 2 };
+enum class Algorithm : uint8_t { Auto = 0, Ring = 1, HalvingDoubling = 2, RecursiveDoubling = 3 };
 
 std::string_view reduce_op_name(ReduceOp op);
 std::string_view algorithm_name(Algorithm a);
-Algorithm parse_algorithm(std::string_view s);  // "auto" | "ring" | "halving_doubling"; ConfigError
+// "auto" | "ring" | "halving_doubling" | "recursive_doubling"; ConfigError otherwise.
+Algorithm parse_algorithm(std::string_view s);
 
 // A timeout of zero means "the communicator's default".
 struct AllreduceOptions {

@@ -5,12 +5,14 @@
 namespace cohort::comm {
 
 void Work::wait() {
+  if (runner_ && !is_completed()) runner_->run_until(*this, std::chrono::milliseconds::max());
   std::unique_lock lk(mu_);
   cv_.wait(lk, [&] { return done_; });
   if (error_) std::rethrow_exception(error_);
 }
 
 void Work::wait(std::chrono::milliseconds timeout) {
+  if (runner_ && !is_completed()) runner_->run_until(*this, timeout);
   std::unique_lock lk(mu_);
   if (!cv_.wait_for(lk, timeout, [&] { return done_; })) {
     throw TimeoutError(name_ + " #" + std::to_string(seq_) + " did not complete within " +

@@ -6,18 +6,34 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <string>
 
 namespace cohort::comm {
 
+class Work;
+
+// Runs queued operations up to and including `work` on the calling thread, if none of them has
+// been started elsewhere yet and they are sure to end (their deadlines and failure handling
+// included) within `limit`; returns at once otherwise.
+class WorkRunner {
+ public:
+  virtual ~WorkRunner() = default;
+  virtual void run_until(const Work& work, std::chrono::milliseconds limit) = 0;
+};
+
 class Work {
  public:
-  Work(std::string name, uint64_t seq) : name_(std::move(name)), seq_(seq) {}
+  Work(std::string name, uint64_t seq, std::shared_ptr<WorkRunner> runner = nullptr)
+      : name_(std::move(name)), seq_(seq), runner_(std::move(runner)) {}
 
-  // Blocks until the operation completes and rethrows its error. With a timeout, throws
-  // TimeoutError naming the operation if it has not completed by then (the operation itself is
-  // not cancelled; its own deadline still applies).
+  // Blocks until the operation completes and rethrows its error. If neither it nor an operation
+  // queued before it has started, wait() runs them on the calling thread (through the runner)
+  // instead of sleeping until the communication thread has: that saves a wake-up of each thread,
+  // most of the latency of a small collective. With a timeout, throws TimeoutError naming the
+  // operation if it has not completed by then (the operation itself is not cancelled; its own
+  // deadline still applies); it runs the operation itself only if that is sure to end in time.
   void wait();
   void wait(std::chrono::milliseconds timeout);
   bool is_completed() const;
@@ -33,6 +49,7 @@ class Work {
  private:
   std::string name_;
   uint64_t seq_;
+  const std::shared_ptr<WorkRunner> runner_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;

@@ -1,0 +1,196 @@
+// The small-message path: recursive doubling's results are the same bytes on every rank, and an
+// operation run by the thread that waits for it keeps the order, sequence numbers and failure
+// behaviour of one run by the communication thread.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "cohort/comm/algorithms.h"
+#include "cohort/comm/communicator.h"
+#include "data.h"
+#include "world.h"
+
+namespace cohort::comm {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::World;
+
+// Floats whose sums round (a different rounding in each order of summation), signed zeros and
+// repeated values, so that Max and Min of +0 and -0 depend on the operand order too.
+std::vector<uint8_t> rounding_input(DType dt, int rank, size_t count) {
+  std::mt19937 gen(static_cast<uint32_t>(1234 + rank));
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<uint8_t> v(count * dtype_size(dt) + 1);
+  for (size_t i = 0; i < count; ++i) {
+    double x = u(gen) * std::pow(10.0, static_cast<int>(i % 7) - 3);
+    if (i % 11 == 0) x = rank % 2 ? -0.0 : 0.0;
+    testing::store(dt, v.data(), i, x);
+  }
+  return v;
+}
+
+// The float64 sum of element i over n ranks, and the sum of magnitudes that bounds its rounding.
+std::pair<double, double> reference_sum(DType dt, int n, size_t count, size_t i) {
+  double s = 0, m = 0;
+  for (int r = 0; r < n; ++r) {
+    double x = testing::load(dt, rounding_input(dt, r, count).data(), i);
+    s += x;
+    m += std::fabs(x);
+  }
+  return {s, m};
+}
+
+class RecursiveDoubling : public ::testing::TestWithParam<std::tuple<int, size_t>> {};
+
+TEST_P(RecursiveDoubling, EveryRankHoldsTheSameBytes) {
+  const auto [n, chunk] = GetParam();
+  const size_t count = 1001;  // several segments of `chunk` bytes, and an odd tail
+  World world(n, [&, chunk = chunk](CommConfig& c) { c.chunk_bytes = chunk; });
+  const DType dtypes[] = {DType::F32, DType::F64, DType::F16, DType::BF16};
+  const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max, ReduceOp::Min};
+  // results[rank][case]
+  std::vector<std::vector<std::vector<uint8_t>>> results(static_cast<size_t>(n));
+  world.run([&](int r, Communicator& comm) {
+    for (DType dt : dtypes) {
+      for (ReduceOp op : ops) {
+        // A per-rank offset into the buffer: the kernels see different alignments on each rank.
+        const size_t es = dtype_size(dt), shift = static_cast<size_t>(r % 4);
+        auto in = rounding_input(dt, r, count);
+        std::vector<uint8_t> buf((count + 4) * es);
+        std::memcpy(buf.data() + shift * es, in.data(), count * es);
+        comm.allreduce(Buffer{dt, buf.data() + shift * es, count},
+                       {.op = op, .algorithm = Algorithm::RecursiveDoubling})
+            ->wait();
+        results[static_cast<size_t>(r)].emplace_back(
+            buf.begin() + static_cast<long>(shift * es),
+            buf.begin() + static_cast<long>((shift + count) * es));
+      }
+    }
+  });
+  size_t c = 0;
+  for (DType dt : dtypes) {
+    for (ReduceOp op : ops) {
+      const auto& want = results[0][c];
+      for (int r = 1; r < n; ++r) {
+        EXPECT_EQ(std::memcmp(results[static_cast<size_t>(r)][c].data(), want.data(), want.size()),
+                  0)
+            << dtype_name(dt) << " " << reduce_op_name(op) << ": rank " << r
+            << " differs from rank 0";
+      }
+      if (op == ReduceOp::Sum) {
+        for (size_t i = 0; i < count; i += 97) {
+          const auto [ref, mag] = reference_sum(dt, n, count, i);
+          // Each of the log2(n) + 1 roundings is within half an ulp of its partial sum.
+          const double eps = dt == DType::F64 ? 1e-15 : dt == DType::F32 ? 1e-7 : 1e-2;
+          const double tol = 4 * eps * mag + 1e-30;
+          EXPECT_NEAR(testing::load(dt, want.data(), i), ref, tol)
+              << dtype_name(dt) << " element " << i;
+        }
+      }
+      ++c;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, RecursiveDoubling,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 5, 6, 8),
+                                            ::testing::Values(size_t{64}, size_t{256} << 10)),
+                         [](const auto& info) {
+                           return "n" + std::to_string(std::get<0>(info.param)) + "_chunk" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+TEST(RecursiveDoubling, ParsesItsName) {
+  EXPECT_EQ(parse_algorithm("recursive_doubling"), Algorithm::RecursiveDoubling);
+  EXPECT_EQ(algorithm_name(Algorithm::RecursiveDoubling), "recursive_doubling");
+}
+
+TEST(WaitingThread, WaitingOnTheLastOfManyRunsThemAllInIssueOrder) {
+  const int n = 3;
+  const size_t count = 100;
+  World world(n);
+  world.run([&](int r, Communicator& comm) {
+    std::vector<std::vector<uint8_t>> bufs;
+    std::vector<std::shared_ptr<Work>> works;
+    for (int k = 0; k < 20; ++k) bufs.push_back(testing::make_input(DType::I32, r + k, count));
+    for (int k = 0; k < 20; ++k) {
+      works.push_back(comm.allreduce(
+          Buffer{DType::I32, bufs[static_cast<size_t>(k)].data(), count},
+          {.algorithm = k % 2 ? Algorithm::RecursiveDoubling : Algorithm::HalvingDoubling}));
+    }
+    works.back()->wait();
+    for (int k = 0; k < 20; ++k) {
+      EXPECT_TRUE(works[static_cast<size_t>(k)]->is_completed()) << "allreduce " << k;
+      EXPECT_EQ(works[static_cast<size_t>(k)]->sequence(), static_cast<uint64_t>(k + 1));
+      // Every rank used input rank r + k: the reduction is that of ranks k .. k + n - 1.
+      for (size_t i = 0; i < count; ++i) {
+        double want = 0;
+        for (int q = 0; q < n; ++q) want += testing::input_value(q + k, i);
+        ASSERT_EQ(testing::load(DType::I32, bufs[static_cast<size_t>(k)].data(), i), want)
+            << "allreduce " << k << " element " << i;
+      }
+    }
+    EXPECT_EQ(comm.stats().collectives, 20u);
+  });
+}
+
+TEST(WaitingThread, AnOperationNobodyWaitsForStillCompletes) {
+  World world(2);
+  world.run([&](int r, Communicator& comm) {
+    std::vector<float> buf(16, static_cast<float>(r + 1));
+    auto w = comm.allreduce(Buffer{DType::F32, buf.data(), buf.size()}, {});
+    // Only the communication thread can run it here.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!w->is_completed() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    ASSERT_TRUE(w->is_completed());
+    EXPECT_EQ(buf[0], 3.0f);
+  });
+}
+
+TEST(WaitingThread, ShortWaitTimesOutInsteadOfRunningUntilTheOperationsDeadline) {
+  // Rank 1 never joins. A 100 ms wait on rank 0 must not run the 20 s collective itself.
+  World world(2, [](CommConfig& c) { c.timeout = std::chrono::seconds(20); });
+  std::vector<float> buf(16, 1.0f);
+  auto w = world[0].allreduce(Buffer{DType::F32, buf.data(), buf.size()}, {});
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(w->wait(milliseconds(100)), TimeoutError);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  world[0].abort("test over");
+  EXPECT_THROW(w->wait(), AbortedError);
+}
+
+TEST(WaitingThread, FailureOnTheWaitingThreadFailsTheCommunicator) {
+  World world(2, [](CommConfig& c) { c.timeout = milliseconds(300); });
+  std::vector<float> buf(16, 1.0f);
+  auto w = world[0].allreduce(Buffer{DType::F32, buf.data(), buf.size()}, {});
+  EXPECT_THROW(w->wait(), CollectiveTimeoutError);  // rank 1 never joined
+  auto later = world[0].allreduce(Buffer{DType::F32, buf.data(), buf.size()}, {});
+  EXPECT_THROW(later->wait(), CollectiveTimeoutError);
+  EXPECT_EQ(later->sequence(), 2u);
+}
+
+TEST(WaitingThread, WorkOutlivesItsCommunicator) {
+  std::vector<std::shared_ptr<Work>> works(2);
+  {
+    World world(2);
+    world.run([&](int r, Communicator& comm) {
+      std::vector<float> buf(4, 1.0f);
+      works[static_cast<size_t>(r)] = comm.barrier({});
+      works[static_cast<size_t>(r)]->wait();
+    });
+  }
+  for (auto& w : works) {
+    EXPECT_NO_THROW(w->wait());
+    EXPECT_NO_THROW(w->wait(milliseconds(10)));
+  }
+}
+
+}  // namespace
+}  // namespace cohort::comm
