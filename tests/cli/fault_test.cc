@@ -3,6 +3,7 @@
 // within the collective timeout, never by hanging.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <set>
 
 #include "cohort_process.h"
@@ -121,7 +122,9 @@ TEST_P(StopDrill, SurvivorsTimeOutNamingTheStoppedRank) {
   ASSERT_TRUE(st) << "launcher hung\n" << p.err();
   EXPECT_TRUE(exited_with(st, 1)) << p.err();
   const std::string err = p.err();
-  // Every survivor times out in the same collective and names only the stopped rank.
+  // Every survivor times out and names only the stopped rank. The rank stops just after issuing an
+  // allreduce, so data it had already sent may let some survivors finish that collective: they then
+  // time out in the next one. Survivors are at most one collective apart.
   std::set<int> reported;
   std::set<std::string> sequences;
   for (const auto& t : timeout_reports(err)) {
@@ -134,7 +137,11 @@ TEST_P(StopDrill, SurvivorsTimeOutNamingTheStoppedRank) {
     if (r != d.fault_rank) survivors.insert(r);
   }
   EXPECT_EQ(reported, survivors) << err;
-  EXPECT_EQ(sequences.size(), 1u) << err;
+  ASSERT_GE(sequences.size(), 1u) << err;
+  ASSERT_LE(sequences.size(), 2u) << err;
+  if (sequences.size() == 2) {
+    EXPECT_EQ(std::labs(std::stol(*sequences.rbegin()) - std::stol(*sequences.begin())), 1) << err;
+  }
   // Not before the deadline, and not long after it.
   EXPECT_GE(p.seconds(), timeout_ms / 1000.0) << err;
   EXPECT_LT(p.seconds(), timeout_ms / 1000.0 + 10) << err;
