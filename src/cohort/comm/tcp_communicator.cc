@@ -163,16 +163,23 @@ std::shared_ptr<Work> TcpCommunicator::allreduce(Buffer buf, const AllreduceOpti
   });
 }
 
+// reduce_scatter and allgather: `whole` holds size() blocks of `block`'s shape and type.
+static void check_block_shapes(const char* op, const char* rule, Buffer whole, Buffer block,
+                               int size) {
+  if (whole.dtype == block.dtype && whole.count == block.count * static_cast<size_t>(size)) return;
+  auto shape = [](Buffer b) {
+    return std::to_string(b.count) + " " + std::string(dtype_name(b.dtype));
+  };
+  throw ConfigError(std::string(op) + ": " + rule + " (whole: " + shape(whole) + ", block: " +
+                    shape(block) + ", size " + std::to_string(size) + ")");
+}
+
 std::shared_ptr<Work> TcpCommunicator::reduce_scatter(Buffer in, Buffer out,
                                                       const ReduceScatterOptions& opts) {
   check_buffer("reduce_scatter", in);
   check_buffer("reduce_scatter", out);
-  if (in.dtype != out.dtype || in.count != out.count * static_cast<size_t>(size())) {
-    throw ConfigError("reduce_scatter: in must hold size() * out.count elements of out's type (in: " +
-                      std::to_string(in.count) + " " + std::string(dtype_name(in.dtype)) +
-                      ", out: " + std::to_string(out.count) + " " +
-                      std::string(dtype_name(out.dtype)) + ", size " + std::to_string(size()) + ")");
-  }
+  check_block_shapes("reduce_scatter", "in must hold size() * out.count elements of out's type",
+                     /*whole=*/in, /*block=*/out, size());
   const ReduceOp op = opts.op;
   return enqueue(OpKind::ReduceScatter, in.dtype, opts.timeout,
                  [in, out, op](OpContext& ctx) { reduce_scatter_ring(ctx, in, out, op); });
@@ -182,12 +189,8 @@ std::shared_ptr<Work> TcpCommunicator::allgather(Buffer in, Buffer out,
                                                  const CollectiveOptions& opts) {
   check_buffer("allgather", in);
   check_buffer("allgather", out);
-  if (in.dtype != out.dtype || out.count != in.count * static_cast<size_t>(size())) {
-    throw ConfigError("allgather: out must hold size() * in.count elements of in's type (in: " +
-                      std::to_string(in.count) + " " + std::string(dtype_name(in.dtype)) +
-                      ", out: " + std::to_string(out.count) + " " +
-                      std::string(dtype_name(out.dtype)) + ", size " + std::to_string(size()) + ")");
-  }
+  check_block_shapes("allgather", "out must hold size() * in.count elements of in's type",
+                     /*whole=*/out, /*block=*/in, size());
   return enqueue(OpKind::Allgather, in.dtype, opts.timeout,
                  [in, out](OpContext& ctx) { allgather_ring(ctx, in, out); });
 }
