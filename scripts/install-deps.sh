@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   # toolchain
-  build-essential cmake ninja-build pkg-config git clang-format clang-tidy
+  build-essential cmake ninja-build pkg-config git clang-format clang-tidy ccache
   # core libraries
   libssl-dev zlib1g-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libsqlite3-dev
   # tests and benchmarks
