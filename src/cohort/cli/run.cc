@@ -19,7 +19,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "cohort/base/checksum.h"
@@ -32,6 +34,7 @@
 #include "cohort/elastic/coordinator.h"
 #include "cohort/elastic/process.h"
 #include "cohort/train/config.h"
+#include "cohort/train/worker.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -41,7 +44,9 @@ namespace {
 
 std::atomic<int> g_stop_signal{0};
 
-void on_stop_signal(int sig) { g_stop_signal = sig; }
+void on_stop_signal(int sig) {
+  g_stop_signal = sig;
+}
 
 std::string timestamp_for_dir() {
   std::time_t t = std::time(nullptr);
@@ -74,7 +79,8 @@ class ProgressPrinter {
     double rate = m.value("samples_per_sec", 0.0), steps_per_sec = m.value("steps_per_sec", 0.0);
     double eta = steps_per_sec > 0 ? (total - step) / steps_per_sec : NAN;
     char line[256];
-    std::snprintf(line, sizeof(line), "epoch %ld/%ld  step %ld/%ld  loss %.4f  %.0f samples/s  ETA %s",
+    std::snprintf(line, sizeof(line),
+                  "epoch %ld/%ld  step %ld/%ld  loss %.4f  %.0f samples/s  ETA %s",
                   m.value("epoch", 0L) + 1, m.value("epochs", 1L), step, total,
                   m.value("loss", 0.0), rate, format_duration(eta).c_str());
     if (tty_) {
@@ -111,6 +117,7 @@ json aggregate_summary(const std::vector<json>& per_rank, const train::JobConfig
   s["test_accuracy"] = r0.value("test_accuracy", 0.0);
   s["test_loss"] = r0.value("test_loss", 0.0);
   s["final_loss"] = r0.value("final_loss", 0.0);
+  s["epoch_samples"] = r0.value("epoch_samples", json::array());
   double train_seconds = 0, comm = 0, compute = 0;
   uint64_t samples = 0, bytes = 0;
   for (const auto& r : per_rank) {
@@ -140,9 +147,16 @@ void print_report(const json& s, const std::string& run_dir) {
               format_duration(s.value("wall_seconds", 0.0)).c_str());
   std::printf("  test accuracy     %.4f\n", s.value("test_accuracy", 0.0));
   std::printf("  throughput        %.0f samples/s\n", s.value("samples_per_sec", 0.0));
-  std::printf("  time per worker   %.1f s computing, %.1f s waiting on gradient exchange (%.0f%%)\n",
-              compute, comm, compute + comm > 0 ? 100.0 * comm / (compute + comm) : 0.0);
+  std::printf(
+      "  time per worker   %.1f s computing, %.1f s waiting on gradient exchange (%.0f%%)\n",
+      compute, comm, compute + comm > 0 ? 100.0 * comm / (compute + comm) : 0.0);
   std::printf("  bytes sent        %.1f MB (all workers)\n", s.value("comm_bytes", 0.0) / 1e6);
+  if (s.value("recoveries", 0) > 0 || s.value("workers_lost", 0) > 0) {
+    std::printf(
+        "  recoveries        %d (slowest %.1f s, %ld steps rolled back), %d workers at the end\n",
+        s.value("recoveries", 0), s.value("recovery_seconds_max", 0.0),
+        s.value("steps_rolled_back", 0L), s.value("final_world_size", 0));
+  }
   std::printf("  run directory     %s\n", run_dir.c_str());
 }
 
@@ -164,7 +178,8 @@ std::string job_token(const std::string& path) {
   if (!path.empty() && fs::exists(path)) {
     std::string t = read_file(path);
     while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
-    if (t.size() < 16) throw ConfigError("--token-file " + path + ": a token needs 16 characters or more");
+    if (t.size() < 16)
+      throw ConfigError("--token-file " + path + ": a token needs 16 characters or more");
     return t;
   }
   uint8_t raw[32];
@@ -183,7 +198,8 @@ int usage(std::ostream& os, int code) {
         "       cohort run --resume RUN_DIR [--set key=value]...\n"
         "options: --bind HOST --port P        where the coordinator listens (127.0.0.1, any port)\n"
         "         --external-workers          start no workers: they are started elsewhere with\n"
-        "                                     `cohort worker --join HOST:PORT` (mpirun, srun, ...)\n"
+        "                                     `cohort worker --join HOST:PORT` (mpirun, srun, "
+        "...)\n"
         "         --token-file F              the job token: read from F, or written to F (mode\n"
         "                                     0600) if F does not exist\n\n"
         "Runs a training job: a coordinator in this process and one worker process per worker.\n"
@@ -219,6 +235,7 @@ int run_main(int argc, char** argv) {
 
   std::string token = job_token(args.get_or("token-file", ""));
 
+  auto ms = [](double sec) { return std::chrono::milliseconds(static_cast<long>(sec * 1000)); };
   elastic::Coordinator coordinator({
       .bind_host = args.get_or("bind", "127.0.0.1"),
       .port = static_cast<uint16_t>(args.get_int("port", 0)),
@@ -227,6 +244,10 @@ int run_main(int argc, char** argv) {
       .config_yaml = train::to_yaml(cfg),
       .run_dir = fs::absolute(run_dir).string(),
       .resume_from = resume_dir.empty() ? "" : fs::absolute(run_dir / "checkpoints").string(),
+      .membership = {.min_workers = static_cast<int>(cfg.elastic.min_or(cfg.workers)),
+                     .max_workers = static_cast<int>(cfg.elastic.max_or(cfg.workers)),
+                     .failure_timeout = ms(cfg.elastic.failure_timeout_s),
+                     .join_timeout = ms(cfg.elastic.join_timeout_s)},
   });
   auto ep = coordinator.endpoint();
   events.write({{"event", resume_dir.empty() ? "job_started" : "job_resumed"},
@@ -244,16 +265,20 @@ int run_main(int argc, char** argv) {
 
   auto start = Clock::now();
   std::string self = elastic::self_executable();
-  std::vector<elastic::ChildProcess> workers;
+  // Worker processes by rank in the job: 0 .. workers-1, then replacements workers, workers+1, ...
+  std::map<int, elastic::ChildProcess> workers;
+  std::set<int> exited;
+  int next_rank = static_cast<int>(cfg.workers);
+  int restarts = 0;
   if (external) {
     std::printf("cohort: waiting for %ld workers: cohort worker --join %s --token-file %s\n",
                 static_cast<long>(cfg.workers), ep.str().c_str(),
                 args.get_or("token-file", "<file with the job token>").c_str());
     std::fflush(stdout);
   }
-  for (int r = 0; r < (external ? 0 : cfg.workers); ++r) {
+  auto spawn = [&](int r) {
     std::string log = (run_dir / "logs" / ("rank-" + std::to_string(r) + ".log")).string();
-    workers.push_back(elastic::ChildProcess::spawn({
+    auto child = elastic::ChildProcess::spawn({
         .executable = self,
         .args = {"worker", "--join", "127.0.0.1:" + std::to_string(ep.port), "--rank",
                  std::to_string(r)},
@@ -265,14 +290,33 @@ int run_main(int argc, char** argv) {
                 {"OPENBLAS_NUM_THREADS", std::to_string(cfg.threads_per_worker)}},
         .stdout_path = log,
         .stderr_path = log,
-    }));
-    events.write({{"event", "worker_started"}, {"rank", r}, {"pid", workers.back().pid()}});
+    });
+    coordinator.worker_started(r, child.pid());
+    pid_t pid = child.pid();
+    workers.emplace(r, std::move(child));
+    return pid;
+  };
+  for (int r = 0; r < (external ? 0 : cfg.workers); ++r) {
+    pid_t pid = spawn(r);
+    events.write({{"event", "worker_started"}, {"rank", r}, {"pid", pid}});
   }
+  // Whether a worker may still join: restarts left, or a replacement not yet admitted.
+  auto joiners_possible = [&] {
+    if (external || restarts < cfg.elastic.max_restarts) return true;
+    for (auto& [r, w] : workers) {
+      const auto& m = coordinator.members();
+      if (r >= cfg.workers && !exited.count(r) && !coordinator.is_lost(r) &&
+          std::find(m.begin(), m.end(), r) == m.end()) {
+        return true;
+      }
+    }
+    return false;
+  };
 
   std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
   ProgressPrinter progress;
   std::string status = "completed", error;
-  std::vector<bool> exited(workers.size(), false);
+  std::vector<std::string> losses;  // "rank R (host, pid P): cause", in order
   for (;;) {
     for (auto& m : coordinator.poll_metrics()) {
       metrics << m.dump() << "\n";
@@ -284,46 +328,73 @@ int run_main(int argc, char** argv) {
       error = std::string("stopped by signal ") + sigabbrev_np(sig);
       break;
     }
-    bool all_done = true, failed = false;
-    for (size_t r = 0; r < workers.size(); ++r) {
-      auto st = workers[r].poll();
-      if (!st) {
-        all_done = false;
-        continue;
-      }
-      if (!exited[r]) {
-        exited[r] = true;
-        events.write({{"event", "worker_exited"}, {"rank", r}, {"status", st->describe()}});
-      }
-      if (!st->ok()) {
-        failed = true;
-        auto reported = coordinator.failure();
-        error = "worker " + std::to_string(r) + " (pid " + std::to_string(workers[r].pid()) + ") " +
-                st->describe();
-        if (reported) error += ": rank " + std::to_string(reported->first) + ": " + reported->second;
-      }
-    }
-    if (external) {
-      // Workers are not our children: their reports through the store are all we see.
-      if (auto reported = coordinator.failure()) {
-        failed = true;
-        error = "rank " + std::to_string(reported->first) + ": " + reported->second;
-      }
-      all_done = coordinator.summaries().has_value();
-    }
-    if (failed) {
+    // A worker's own fatal error (bad data, a bug) ends the job: restarting would repeat it.
+    if (auto reported = coordinator.failure()) {
       status = "failed";
+      error = "rank " + std::to_string(reported->first) + ": " + reported->second;
       break;
     }
-    if (all_done) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (auto& [r, w] : workers) {
+      auto st = w.poll();
+      if (!st || exited.count(r)) continue;
+      exited.insert(r);
+      events.write({{"event", "worker_exited"},
+                    {"rank", r},
+                    {"pid", w.pid()},
+                    {"status", st->describe()},
+                    {"excluded", st->code == train::kExitExcluded && st->signal == 0}});
+      coordinator.worker_exited(r, st->ok(), st->describe());
+    }
+    coordinator.expect_joiners(joiners_possible());
+    for (auto& e : coordinator.tick()) {
+      if (e.value("event", "") == "worker_lost") {
+        char line[512];
+        std::snprintf(line, sizeof(line), "rank %d (host %s, pid %ld): %s", e.value("rank", -1),
+                      e.value("host", std::string("?")).c_str(), e.value("pid", 0L),
+                      e.value("cause", std::string("?")).c_str());
+        losses.push_back(line);
+        progress.end_line();
+        std::printf("cohort: lost %s\n", line);
+      } else if (e.value("event", "") == "membership_changed") {
+        progress.end_line();
+        std::printf("cohort: membership epoch %d: %zu workers\n", e.value("epoch", 0),
+                    e.value("members", json::array()).size());
+      }
+      std::fflush(stdout);
+      events.write(e);
+    }
+    for (int lost : coordinator.take_lost()) {
+      if (external || restarts >= cfg.elastic.max_restarts) continue;
+      ++restarts;
+      int r = next_rank++;
+      pid_t pid = spawn(r);
+      events.write({{"event", "worker_started"}, {"rank", r}, {"pid", pid}, {"replaces", lost}});
+    }
+    coordinator.expect_joiners(joiners_possible());
+    if (auto why = coordinator.abandoned()) {
+      status = "failed";
+      error = (losses.empty() ? "" : "lost " + losses.back() + "; ") + *why;
+      break;
+    }
+    if (coordinator.summaries()) break;
+    if (!external && exited.size() == workers.size()) {
+      status = "failed";
+      error = "every worker exited without a final summary" +
+              (losses.empty() ? std::string() : " (lost " + losses.back() + ")");
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   for (auto& m : coordinator.poll_metrics()) {
     metrics << m.dump() << "\n";
     progress.record(m);
   }
   progress.end_line();
-  for (auto& w : workers) w.terminate(std::chrono::seconds(5));
+  for (auto& [r, w] : workers) {
+    // A worker the job went on without may be stopped: SIGTERM would wait for it to be resumed.
+    if (coordinator.is_lost(r)) w.signal(SIGKILL);
+    w.terminate(std::chrono::seconds(5));
+  }
   double wall = std::chrono::duration<double>(Clock::now() - start).count();
 
   json summary;
@@ -337,6 +408,14 @@ int run_main(int argc, char** argv) {
   } else {
     summary = {{"name", cfg.name}, {"world_size", cfg.workers}, {"wall_seconds", wall}};
   }
+  const auto& rs = coordinator.recovery_stats();
+  summary["recoveries"] = rs.recoveries;
+  summary["recovery_seconds_max"] = rs.recovery_seconds_max;
+  summary["steps_rolled_back"] = rs.steps_rolled_back;
+  summary["final_world_size"] = per_rank ? per_rank->size() : coordinator.members().size();
+  summary["workers_lost"] = losses.size();
+  summary["restarts"] = restarts;
+  summary["membership_epoch"] = coordinator.epoch();
   summary["status"] = status;
   if (!error.empty()) summary["error"] = error;
   write_file_atomically(run_dir / "summary.json", summary.dump(2) + "\n");
@@ -348,9 +427,9 @@ int run_main(int argc, char** argv) {
   }
   std::fprintf(stderr, "\ncohort: job %s: %s\n", status.c_str(), error.c_str());
   if (status == "failed") {
-    for (size_t r = 0; r < workers.size(); ++r) {
-      auto st = workers[r].poll();
-      if (st && !st->ok() && st->signal != SIGTERM) {
+    for (auto& [r, w] : workers) {
+      auto st = w.poll();
+      if (st && !st->ok() && st->signal != SIGTERM && st->signal != SIGKILL) {
         auto log = run_dir / "logs" / ("rank-" + std::to_string(r) + ".log");
         std::fprintf(stderr, "--- last lines of %s ---\n%s\n", log.c_str(), tail_of(log).c_str());
         break;

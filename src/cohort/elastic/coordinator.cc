@@ -1,11 +1,30 @@
 #include "cohort/elastic/coordinator.h"
 
+#include <algorithm>
+#include <cmath>
+
+#include "cohort/base/log.h"
 #include "cohort/elastic/job_protocol.h"
 
 namespace cohort::elastic {
 
+using nlohmann::json;
 using store::to_bytes;
 using store::to_string;
+
+namespace {
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f s", s);
+  return buf;
+}
+
+}  // namespace
 
 Coordinator::Coordinator(const CoordinatorOptions& options) : options_(options) {
   server_ = std::make_unique<store::StoreServer>(store::StoreServerOptions{
@@ -18,6 +37,10 @@ Coordinator::Coordinator(const CoordinatorOptions& options) : options_(options) 
   client_->set(keys::kWorldSize, to_bytes(std::to_string(options.world_size)));
   client_->set(keys::kRunDir, to_bytes(options.run_dir));
   client_->set(keys::kResume, to_bytes(options.resume_from));
+  known_ranks_ = options.world_size;
+  for (int r = 0; r < options.world_size; ++r) members_.push_back(r);
+  client_->set(keys::membership(0), to_bytes(json{{"epoch", 0}, {"members", members_}}.dump()));
+  client_->set(keys::kEpoch, to_bytes("0"));
 }
 
 Coordinator::~Coordinator() {
@@ -25,18 +48,29 @@ Coordinator::~Coordinator() {
   if (server_) server_->stop();
 }
 
-net::Endpoint Coordinator::endpoint() const { return server_->endpoint(); }
+net::Endpoint Coordinator::endpoint() const {
+  return server_->endpoint();
+}
 
-std::vector<nlohmann::json> Coordinator::poll_metrics() {
-  std::vector<nlohmann::json> out;
-  while (client_->check({keys::metrics(next_metric_)})) {
+std::vector<json> Coordinator::poll_metrics() {
+  std::vector<json> out;
+  for (;;) {
+    if (!client_->check({keys::metrics(next_metric_)})) {
+      // A rank 0 that was lost between taking a record's number and writing it leaves a gap; the
+      // next rank 0 writes after it.
+      if (client_->check({keys::metrics(next_metric_ + 1)})) {
+        ++next_metric_;
+        continue;
+      }
+      break;
+    }
     auto key = keys::metrics(next_metric_);
     auto text = to_string(client_->get(key));
     client_->delete_key(key);
     ++next_metric_;
     try {
-      out.push_back(nlohmann::json::parse(text));
-    } catch (const nlohmann::json::exception&) {
+      out.push_back(json::parse(text));
+    } catch (const json::exception&) {
       // A record we cannot read is skipped; the job goes on.
     }
   }
@@ -51,22 +85,293 @@ int Coordinator::joined_count() {
   return n;
 }
 
-std::optional<std::vector<nlohmann::json>> Coordinator::summaries() {
+std::optional<std::vector<json>> Coordinator::summaries() {
+  // A pending "grow" does not hold the job back: the members finished without another snapshot.
   std::vector<std::string> ks;
-  for (int r = 0; r < options_.world_size; ++r) ks.push_back(keys::summary(r));
-  if (!client_->check(ks)) return std::nullopt;
-  std::vector<nlohmann::json> out;
-  for (const auto& k : ks) out.push_back(nlohmann::json::parse(to_string(client_->get(k))));
+  for (int r : members_) ks.push_back(keys::summary(r));
+  if (ks.empty() || !client_->check(ks)) return std::nullopt;
+  std::vector<json> out;
+  for (const auto& k : ks) out.push_back(json::parse(to_string(client_->get(k))));
   return out;
 }
 
 std::optional<std::pair<int, std::string>> Coordinator::failure() {
-  for (int r = 0; r < options_.world_size; ++r) {
+  for (int r = 0; r < known_ranks_; ++r) {
     if (client_->check({keys::failed(r)})) {
       return std::make_pair(r, to_string(client_->get(keys::failed(r))));
     }
   }
   return std::nullopt;
+}
+
+void Coordinator::worker_started(int rank, pid_t pid) {
+  workers_[rank].pid = pid;
+  known_ranks_ = std::max(known_ranks_, rank + 1);
+}
+
+void Coordinator::worker_exited(int rank, bool ok, const std::string& status) {
+  auto& w = workers_[rank];
+  w.exited = true;
+  if (ok || lost_.count(rank)) return;
+  lose(rank, status, pending_events_, Clock::now());
+}
+
+std::vector<int> Coordinator::take_lost() {
+  std::vector<int> out;
+  out.swap(newly_lost_);
+  return out;
+}
+
+json Coordinator::worker_json(int rank) const {
+  json j{{"rank", rank}};
+  auto it = workers_.find(rank);
+  if (it != workers_.end()) {
+    j["host"] = it->second.host;
+    j["pid"] = it->second.pid;
+  }
+  return j;
+}
+
+void Coordinator::learn_joins() {
+  for (int r = 0; r < known_ranks_; ++r) {
+    auto& w = workers_[r];
+    if (w.joined || !client_->check({keys::joined(r)})) continue;
+    w.joined = true;
+    json j =
+        json::parse(to_string(client_->get(keys::joined(r))), nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("host") && j["host"].is_string()) {
+      w.host = j["host"].get<std::string>();
+    } else {
+      w.host = "unknown";
+    }
+    if (j.is_object() && j.contains("pid") && j["pid"].is_number_integer()) {
+      w.pid = j["pid"].get<pid_t>();
+    }
+    w.beats = client_->add(keys::heartbeat(r), 0);
+    w.last_beat = Clock::now();
+  }
+}
+
+void Coordinator::check_heartbeats(std::vector<json>& events) {
+  const auto now = Clock::now();
+  for (auto& [r, w] : workers_) {
+    if (!w.joined || w.exited || lost_.count(r)) continue;
+    if (client_->check({keys::summary(r)})) continue;  // finished: about to exit
+    int64_t beats = client_->add(keys::heartbeat(r), 0);
+    if (beats != w.beats) {
+      w.beats = beats;
+      w.last_beat = now;
+      continue;
+    }
+    double silent = seconds_between(w.last_beat, now);
+    if (silent * 1000 > static_cast<double>(options_.membership.failure_timeout.count())) {
+      lose(r,
+           "heartbeat missed: none for " + seconds_text(silent) + " (elastic.failure_timeout_s " +
+               seconds_text(options_.membership.failure_timeout.count() / 1000.0) + ")",
+           events, w.last_beat);
+    }
+  }
+}
+
+std::string Coordinator::comm_record_against(int rank) {
+  auto it = std::find(members_.begin(), members_.end(), rank);
+  if (it == members_.end()) return "";
+  const int comm_rank = static_cast<int>(it - members_.begin());
+  for (size_t i = 0; i < members_.size(); ++i) {
+    std::string key = keys::comm_prefix(epoch_) + "/failed/" + std::to_string(i);
+    if (!client_->check({key})) continue;
+    std::string rec = to_string(client_->get(key));
+    auto nl = rec.find('\n');
+    if (nl == std::string::npos) continue;
+    if (rec.substr(0, nl) == std::to_string(comm_rank)) {
+      return "rank " + std::to_string(members_[i]) + " lost its connection: " + rec.substr(nl + 1);
+    }
+  }
+  return "";
+}
+
+void Coordinator::lose(int rank, const std::string& cause, std::vector<json>& events,
+                       Clock::time_point failed_at) {
+  if (lost_.count(rank)) return;
+  lost_.insert(rank);
+  newly_lost_.push_back(rank);
+  const bool member = std::find(members_.begin(), members_.end(), rank) != members_.end();
+  json e = worker_json(rank);
+  e["event"] = "worker_lost";
+  e["cause"] = cause;
+  e["epoch"] = epoch_;
+  e["member"] = member;
+  events.push_back(e);
+  spdlog::warn("worker {} lost: {}", rank, cause);
+  if (!member) return;
+  if (!failure_at_ || failed_at < *failure_at_) failure_at_ = failed_at;
+  if (!change_) {
+    request_change(true, "rank " + std::to_string(rank) + " lost", events);
+  } else if (!change_->abort) {
+    // Joiners were waiting for a snapshot boundary that the lost member will never reach.
+    change_->abort = true;
+    change_->requested = Clock::now();
+    client_->set(keys::request(epoch_ + 1), to_bytes("abort"));
+  }
+}
+
+void Coordinator::request_change(bool abort, const std::string& reason, std::vector<json>& events) {
+  const int target = epoch_ + 1;
+  client_->set(keys::request(target), to_bytes(abort ? "abort" : "grow"));
+  change_ = Change{.abort = abort, .requested = Clock::now(), .below_min_since = std::nullopt};
+  events.push_back({{"event", "membership_change_requested"},
+                    {"epoch", target},
+                    {"kind", abort ? "abort" : "grow"},
+                    {"reason", reason}});
+}
+
+std::vector<int> Coordinator::waiting_joiners() {
+  std::vector<int> out;
+  for (int r = 0; r < known_ranks_; ++r) {
+    if (lost_.count(r) || std::find(members_.begin(), members_.end(), r) != members_.end())
+      continue;
+    if (client_->check({keys::waiting(r)})) out.push_back(r);
+  }
+  return out;
+}
+
+void Coordinator::abandon(const std::string& why, std::vector<json>& events) {
+  abandoned_ = why;
+  client_->set(keys::kAbandoned, to_bytes(why));
+  events.push_back({{"event", "job_abandoned"}, {"reason", why}});
+}
+
+void Coordinator::advance_change(std::vector<json>& events) {
+  const int target = epoch_ + 1;
+  const auto now = Clock::now();
+  std::vector<int> survivors, late;
+  for (int m : members_) {
+    if (lost_.count(m)) continue;
+    survivors.push_back(m);
+    if (!client_->check({keys::ready(target, m)})) late.push_back(m);
+  }
+  if (!late.empty()) {
+    if (!change_->abort || now - change_->requested < options_.membership.failure_timeout) return;
+    for (int m : late) {
+      std::string record = comm_record_against(m);
+      lose(m,
+           "did not leave membership epoch " + std::to_string(epoch_) + " within " +
+               seconds_text(options_.membership.failure_timeout.count() / 1000.0) +
+               " of the abort request" + (record.empty() ? "" : "; " + record),
+           events, change_->requested);
+      std::erase(survivors, m);
+    }
+  }
+  std::vector<int> joiners = waiting_joiners();
+  const size_t room =
+      static_cast<size_t>(std::max(0, options_.membership.max_workers)) > survivors.size()
+          ? static_cast<size_t>(options_.membership.max_workers) - survivors.size()
+          : 0;
+  if (joiners.size() > room) joiners.resize(room);
+  const int count = static_cast<int>(survivors.size() + joiners.size());
+  if (count < options_.membership.min_workers) {
+    if (!change_->below_min_since) {
+      change_->below_min_since = now;
+      events.push_back({{"event", "waiting_for_workers"},
+                        {"epoch", target},
+                        {"workers", count},
+                        {"min_workers", options_.membership.min_workers}});
+    }
+    const bool timed_out = now - *change_->below_min_since > options_.membership.join_timeout;
+    if (!expect_joiners_ || timed_out) {
+      abandon("only " + std::to_string(count) + " worker" + (count == 1 ? "" : "s") +
+                  " left, fewer than elastic.min_workers = " +
+                  std::to_string(options_.membership.min_workers) + ", and " +
+                  (timed_out ? "no replacement joined within elastic.join_timeout_s = " +
+                                   seconds_text(options_.membership.join_timeout.count() / 1000.0)
+                             : std::string("no replacement is coming (elastic.max_restarts "
+                                           "used up)")),
+              events);
+    }
+    return;
+  }
+  std::vector<int> removed;
+  for (int m : members_) {
+    if (std::find(survivors.begin(), survivors.end(), m) == survivors.end()) removed.push_back(m);
+  }
+  members_ = survivors;
+  members_.insert(members_.end(), joiners.begin(), joiners.end());
+  epoch_ = target;
+  client_->set(keys::membership(target),
+               to_bytes(json{{"epoch", target}, {"members", members_}}.dump()));
+  client_->set(keys::kEpoch, to_bytes(std::to_string(target)));
+  events.push_back({{"event", "membership_changed"},
+                    {"epoch", target},
+                    {"members", members_},
+                    {"world_size", members_.size()},
+                    {"added", joiners},
+                    {"removed", removed},
+                    {"kind", change_->abort ? "abort" : "grow"}});
+  spdlog::info("membership epoch {}: {} workers", target, members_.size());
+  if (change_->abort) measure_epoch_ = target;
+  change_.reset();
+}
+
+void Coordinator::check_recovered(std::vector<json>& events) {
+  if (measure_epoch_ < 0 || !client_->check({keys::recovered(measure_epoch_)})) return;
+  json r;
+  try {
+    r = json::parse(to_string(client_->get(keys::recovered(measure_epoch_))));
+  } catch (const json::exception&) {
+  }
+  const double secs = failure_at_ ? seconds_between(*failure_at_, Clock::now()) : 0.0;
+  const long rolled_back = r.value("steps_rolled_back", 0L);
+  stats_.recoveries += 1;
+  stats_.recovery_seconds_max = std::max(stats_.recovery_seconds_max, secs);
+  stats_.steps_rolled_back += rolled_back;
+  events.push_back({{"event", "rolled_back"},
+                    {"epoch", measure_epoch_},
+                    {"restored_step", r.value("restored_step", 0L)},
+                    {"steps_rolled_back", rolled_back}});
+  events.push_back({{"event", "recovered"},
+                    {"epoch", measure_epoch_},
+                    {"world_size", members_.size()},
+                    {"seconds", secs},
+                    {"restored_step", r.value("restored_step", 0L)},
+                    {"steps_rolled_back", rolled_back}});
+  failure_at_.reset();
+  measure_epoch_ = -1;
+}
+
+std::vector<json> Coordinator::tick() {
+  std::vector<json> events;
+  events.swap(pending_events_);
+  if (abandoned_) return events;
+  learn_joins();
+  check_heartbeats(events);
+  if (!change_) {
+    // A member whose collectives failed (lost connection, deadline) has left the epoch already.
+    for (size_t i = 0; i < members_.size() && !change_; ++i) {
+      int m = members_[i];
+      if (lost_.count(m) || !client_->check({keys::ready(epoch_ + 1, m)})) continue;
+      std::string why =
+          "rank " + std::to_string(m) + " left membership epoch " + std::to_string(epoch_);
+      std::string key = keys::comm_prefix(epoch_) + "/failed/" + std::to_string(i);
+      if (client_->check({key})) {
+        std::string rec = to_string(client_->get(key));
+        auto nl = rec.find('\n');
+        why += ": " + (nl == std::string::npos ? rec : rec.substr(nl + 1));
+      }
+      if (!failure_at_) failure_at_ = Clock::now();
+      request_change(true, why, events);
+    }
+  }
+  if (!change_) {
+    auto joiners = waiting_joiners();
+    size_t alive = 0;
+    for (int m : members_) alive += lost_.count(m) ? 0 : 1;
+    if (!joiners.empty() && alive < static_cast<size_t>(options_.membership.max_workers)) {
+      request_change(false, "rank " + std::to_string(joiners.front()) + " waits to join", events);
+    }
+  }
+  if (change_) advance_change(events);
+  check_recovered(events);
+  return events;
 }
 
 }  // namespace cohort::elastic

@@ -1,19 +1,44 @@
-// The coordinator of one job: hosts the rendezvous store, publishes the job, and collects what the
-// workers report (progress records, final summaries, failures). It runs inside `cohort run` (the
-// embedded default) or as `cohort coordinator` when workers are started by a cluster's launcher.
+// The coordinator of one job: hosts the rendezvous store, publishes the job, collects what the
+// workers report (progress records, final summaries, failures), and owns the membership: it
+// watches every worker's heartbeat, decides who is lost, and publishes membership epochs. It runs
+// inside `cohort run` (the embedded default) or as `cohort coordinator` when workers are started by
+// a cluster's launcher.
+//
+// Membership protocol (keys in job_protocol.h). Epoch 0 is [0, world_size). A change to epoch e+1
+// starts with job/request/<e+1>:
+//   "abort"  a member was lost (its process exited, its heartbeat stopped, or a survivor's
+//            collective failed): every member aborts its communicator at once and reports ready;
+//   "grow"   a joiner waits: members switch at their next snapshot boundary, losing no step.
+// When every member that is not lost has reported ready, the coordinator publishes
+// job/membership/<e+1>: the survivors in their old order, then the joiners (up to max_workers).
+// A member that does not report ready within failure_timeout of an abort request is lost too.
+// Below min_workers the coordinator waits for joiners up to join_timeout, then gives up
+// (job/abandoned) with a message that says why.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <sys/types.h>
 
+#include <chrono>
+#include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "cohort/base/clock.h"
 #include "cohort/net/socket.h"
 #include "cohort/store/tcp_store.h"
 
 namespace cohort::elastic {
+
+struct MembershipPolicy {
+  int min_workers = 1;
+  int max_workers = 1;
+  std::chrono::milliseconds failure_timeout{10000};
+  std::chrono::milliseconds join_timeout{60000};
+};
 
 struct CoordinatorOptions {
   std::string bind_host = "127.0.0.1";
@@ -23,6 +48,14 @@ struct CoordinatorOptions {
   std::string config_yaml;  // resolved job file
   std::string run_dir;
   std::string resume_from;  // checkpoint path or empty
+  MembershipPolicy membership;
+};
+
+// Outcome of the recoveries so far (summary.json fields).
+struct RecoveryStats {
+  int recoveries = 0;               // membership changes after a lost worker that trained again
+  double recovery_seconds_max = 0;  // failure to the first completed step afterwards
+  long steps_rolled_back = 0;       // steps trained again after restoring a snapshot
 };
 
 class Coordinator {
@@ -37,16 +70,81 @@ class Coordinator {
   std::vector<nlohmann::json> poll_metrics();
   // Ranks that have joined so far.
   int joined_count();
-  // The final summaries once every rank has posted one.
+  // The final summaries (in communicator rank order) once every member of the current epoch has
+  // posted one and no membership change is under way.
   std::optional<std::vector<nlohmann::json>> summaries();
-  // The first failure a worker reported, if any: (rank, message).
+  // The first fatal error a worker reported, if any: (rank, message).
   std::optional<std::pair<int, std::string>> failure();
 
+  // --- membership (the launcher's loop calls these; not thread-safe) ---
+  // A worker process the launcher started (its rank in the job and its pid).
+  void worker_started(int rank, pid_t pid);
+  // A worker process exited. A member that exits with an error is lost (cause: the exit status);
+  // a worker that was already lost or excluded is only noted.
+  void worker_exited(int rank, bool ok, const std::string& status);
+  // Whether the launcher will still start replacements; when not, falling below min_workers ends
+  // the job at once instead of after join_timeout.
+  void expect_joiners(bool expect) { expect_joiners_ = expect; }
+  // Checks heartbeats, ready reports and joiners; advances the membership. Returns the events
+  // (worker_lost, membership_changed, recovered, ...) for events.jsonl, in order.
+  std::vector<nlohmann::json> tick();
+  // Ranks declared lost since the last call (the launcher may start replacements).
+  std::vector<int> take_lost();
+  // Why the job cannot continue, once the coordinator gave up on it.
+  std::optional<std::string> abandoned() const { return abandoned_; }
+  int epoch() const { return epoch_; }
+  const std::vector<int>& members() const { return members_; }
+  const RecoveryStats& recovery_stats() const { return stats_; }
+  // Whether `rank` was declared lost (or excluded).
+  bool is_lost(int rank) const { return lost_.count(rank) != 0; }
+
  private:
+  struct Worker {
+    pid_t pid = 0;
+    std::string host;
+    bool joined = false;
+    int64_t beats = -1;
+    Clock::time_point last_beat{};
+    bool exited = false;
+  };
+  void learn_joins();
+  void check_heartbeats(std::vector<nlohmann::json>& events);
+  void lose(int rank, const std::string& cause, std::vector<nlohmann::json>& events,
+            Clock::time_point failed_at);
+  void request_change(bool abort, const std::string& reason, std::vector<nlohmann::json>& events);
+  void advance_change(std::vector<nlohmann::json>& events);
+  void check_recovered(std::vector<nlohmann::json>& events);
+  void abandon(const std::string& why, std::vector<nlohmann::json>& events);
+  std::vector<int> waiting_joiners();
+  // The cause of a lost connection that the survivors recorded against `rank`, if any.
+  std::string comm_record_against(int rank);
+  nlohmann::json worker_json(int rank) const;
+
   CoordinatorOptions options_;
   std::unique_ptr<store::StoreServer> server_;
   std::unique_ptr<store::TcpStore> client_;
   long next_metric_ = 0;
+
+  std::map<int, Worker> workers_;
+  int known_ranks_ = 0;  // ranks [0, known_ranks_) may exist
+  int epoch_ = 0;
+  std::vector<int> members_;
+  std::set<int> lost_;
+  std::vector<int> newly_lost_;
+  std::vector<nlohmann::json> pending_events_;  // from worker_exited(), handed out by tick()
+  bool expect_joiners_ = true;
+  std::optional<std::string> abandoned_;
+  // The change to epoch_ + 1 under way, if any.
+  struct Change {
+    bool abort = false;
+    Clock::time_point requested{};
+    std::optional<Clock::time_point> below_min_since;
+  };
+  std::optional<Change> change_;
+  // The earliest failure not yet recovered from, and the epoch after which to measure.
+  std::optional<Clock::time_point> failure_at_;
+  int measure_epoch_ = -1;
+  RecoveryStats stats_;
 };
 
 }  // namespace cohort::elastic

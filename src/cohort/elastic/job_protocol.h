@@ -7,9 +7,23 @@
 //   job/next_rank         counter: a worker without a rank from its launcher takes the next one
 //   job/joined/<rank>     set by each worker once it has joined (its host and pid, JSON)
 //   job/metrics/<i>       i-th progress record (JSON) from rank 0, i = 0, 1, 2, ...
+//   job/metrics_next      counter: the next free i (rank 0 of any membership epoch takes it)
 //   job/summary/<rank>    each worker's final report (JSON)
 //   job/failed/<rank>     a worker's fatal error (text)
 //   comm/e<epoch>/...     the communicator of membership epoch <epoch>
+//
+// Fault tolerance. <rank> in job/ keys is the worker's id in the job: the launcher's rank (0 ..
+// workers-1 at the start, then workers, workers+1, ... for replacements). A worker's rank in a
+// communicator is its index in the membership of that epoch.
+//   job/heartbeat/<rank>  counter each worker adds 1 to every elastic.heartbeat_s
+//   job/epoch             the newest membership epoch the coordinator published (integer)
+//   job/membership/<e>    members of epoch e, JSON {"epoch": e, "members": [rank, ...]}
+//   job/request/<e>       the coordinator wants epoch e: "abort" (a member was lost: abort the
+//                         collectives now) or "grow" (a joiner waits: switch at a snapshot)
+//   job/ready/<e>/<rank>  a member has left epoch e-1 and waits for epoch e (JSON)
+//   job/waiting/<rank>    a joiner has loaded its data and waits to be admitted
+//   job/recovered/<e>     rank 0 of epoch e completed its first step there (JSON)
+//   job/abandoned         the coordinator gave up on the job (text); waiting workers stop
 #pragma once
 
 #include <string>
@@ -21,10 +35,47 @@ inline const std::string kWorldSize = "job/world_size";
 inline const std::string kRunDir = "job/run_dir";
 inline const std::string kResume = "job/resume";
 inline const std::string kNextRank = "job/next_rank";
-inline std::string joined(int rank) { return "job/joined/" + std::to_string(rank); }
-inline std::string metrics(long i) { return "job/metrics/" + std::to_string(i); }
-inline std::string summary(int rank) { return "job/summary/" + std::to_string(rank); }
-inline std::string failed(int rank) { return "job/failed/" + std::to_string(rank); }
-inline std::string comm_prefix(int epoch) { return "comm/e" + std::to_string(epoch); }
+inline std::string joined(int rank) {
+  return "job/joined/" + std::to_string(rank);
+}
+inline std::string metrics(long i) {
+  return "job/metrics/" + std::to_string(i);
+}
+inline std::string summary(int rank) {
+  return "job/summary/" + std::to_string(rank);
+}
+inline std::string failed(int rank) {
+  return "job/failed/" + std::to_string(rank);
+}
+inline std::string comm_prefix(int epoch) {
+  return "comm/e" + std::to_string(epoch);
+}
+inline const std::string kMetricsNext = "job/metrics_next";
+inline const std::string kEpoch = "job/epoch";
+inline const std::string kAbandoned = "job/abandoned";
+// Liveness counter of worker <rank>.
+inline std::string heartbeat(int rank) {
+  return "job/heartbeat/" + std::to_string(rank);
+}
+// Members of membership epoch <epoch>.
+inline std::string membership(int epoch) {
+  return "job/membership/" + std::to_string(epoch);
+}
+// The coordinator's request for epoch <epoch> ("abort" or "grow").
+inline std::string request(int epoch) {
+  return "job/request/" + std::to_string(epoch);
+}
+// Worker <rank> is ready to form epoch <epoch>.
+inline std::string ready(int epoch, int rank) {
+  return "job/ready/" + std::to_string(epoch) + "/" + std::to_string(rank);
+}
+// Joiner <rank> waits to be admitted.
+inline std::string waiting(int rank) {
+  return "job/waiting/" + std::to_string(rank);
+}
+// Epoch <epoch> completed its first step.
+inline std::string recovered(int epoch) {
+  return "job/recovered/" + std::to_string(epoch);
+}
 
 }  // namespace cohort::elastic::keys

@@ -22,7 +22,8 @@ constexpr int64_t kMaxSyntheticValues = int64_t{1} << 28;
 const Schema& schema() {
   static const Schema s = {
       {"",
-       {"name", "workers", "threads_per_worker", "model", "data", "train", "comm", "checkpoint"}},
+       {"name", "workers", "threads_per_worker", "model", "data", "train", "comm", "checkpoint",
+        "elastic"}},
       {"model", {"name"}},
       {"data", {"name", "path", "samples", "shape", "classes"}},
       {"train",
@@ -32,6 +33,9 @@ const Schema& schema() {
       {"train.lr_schedule", {"warmup_steps", "scaling"}},
       {"comm", {"algorithm", "bucket_mb", "timeout_s"}},
       {"checkpoint", {"every_steps", "keep"}},
+      {"elastic",
+       {"min_workers", "max_workers", "heartbeat_s", "failure_timeout_s", "max_restarts",
+        "snapshot_every_steps", "join_timeout_s"}},
   };
   return s;
 }
@@ -184,6 +188,48 @@ void read_train(const YamlReader& r, const YAML::Node& root, TrainConfig& t) {
   }
 }
 
+std::string number_text(double v);
+
+void read_elastic(const YamlReader& r, const YAML::Node& root, JobConfig& c) {
+  YAML::Node m = r.section(root, "elastic");
+  ElasticConfig& e = c.elastic;
+  const char* count = "an integer in [0, 4096] (0: workers)";
+  if (auto v = r.get_int(m, "elastic.min_workers", 0, 4096, count)) e.min_workers = *v;
+  if (auto v = r.get_int(m, "elastic.max_workers", 0, 4096, count)) e.max_workers = *v;
+  const char* seconds = "a number of seconds in (0, 3600]";
+  if (auto v = r.get_number(m, "elastic.heartbeat_s", 0, true, 3600, false, seconds)) {
+    e.heartbeat_s = *v;
+  }
+  if (auto v = r.get_number(m, "elastic.failure_timeout_s", 0, true, 3600, false, seconds)) {
+    e.failure_timeout_s = *v;
+  }
+  if (auto v = r.get_number(m, "elastic.join_timeout_s", 0, true, 86400, false,
+                            "a number of seconds in (0, 86400]")) {
+    e.join_timeout_s = *v;
+  }
+  if (auto v = r.get_int(m, "elastic.max_restarts", 0, 1000000, "an integer in [0, 1000000]")) {
+    e.max_restarts = *v;
+  }
+  if (auto v = r.get_int(m, "elastic.snapshot_every_steps", 1, kMaxInt, "a positive integer")) {
+    e.snapshot_every_steps = *v;
+  }
+  if (e.min_or(c.workers) > c.workers) {
+    r.fail("elastic.min_workers", YamlReader::child(m, "elastic.min_workers"),
+           "is " + std::to_string(e.min_workers) + ", more than workers (" +
+               std::to_string(c.workers) + ")");
+  }
+  if (e.max_or(c.workers) < c.workers) {
+    r.fail("elastic.max_workers", YamlReader::child(m, "elastic.max_workers"),
+           "is " + std::to_string(e.max_workers) + ", fewer than workers (" +
+               std::to_string(c.workers) + ")");
+  }
+  if (e.failure_timeout_s <= e.heartbeat_s) {
+    r.fail("elastic.failure_timeout_s", YamlReader::child(m, "elastic.failure_timeout_s"),
+           "must be longer than elastic.heartbeat_s (" + number_text(e.heartbeat_s) +
+               " s), or every worker is declared lost between two heartbeats");
+  }
+}
+
 JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
   JobConfig c;
   const YAML::Node& doc = r.root();
@@ -237,6 +283,7 @@ JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
   if (auto v = r.get_int(ckpt, "checkpoint.keep", 1, 1000, "an integer in [1, 1000]")) {
     c.checkpoint.keep = *v;
   }
+  read_elastic(r, root, c);
   return c;
 }
 
@@ -354,6 +401,16 @@ std::string to_yaml(const JobConfig& c) {
   out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "every_steps" << YAML::Value << c.checkpoint.every_steps;
   out << YAML::Key << "keep" << YAML::Value << c.checkpoint.keep;
+  out << YAML::EndMap;
+  const ElasticConfig& e = c.elastic;
+  out << YAML::Key << "elastic" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "min_workers" << YAML::Value << e.min_workers;
+  out << YAML::Key << "max_workers" << YAML::Value << e.max_workers;
+  num("heartbeat_s", e.heartbeat_s);
+  num("failure_timeout_s", e.failure_timeout_s);
+  out << YAML::Key << "max_restarts" << YAML::Value << e.max_restarts;
+  out << YAML::Key << "snapshot_every_steps" << YAML::Value << e.snapshot_every_steps;
+  num("join_timeout_s", e.join_timeout_s);
   out << YAML::EndMap << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

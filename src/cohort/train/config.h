@@ -82,6 +82,21 @@ struct CheckpointConfig {
   bool operator==(const CheckpointConfig&) const = default;
 };
 
+// Fault tolerance (docs/job-config.md, "elastic"): how failures are detected and how the world
+// shrinks and grows again. 0 for min_workers / max_workers means "workers".
+struct ElasticConfig {
+  int64_t min_workers = 0;            // below this the job waits for joiners, then fails
+  int64_t max_workers = 0;            // joiners beyond this are not admitted
+  double heartbeat_s = 1.0;           // each worker's heartbeat interval
+  double failure_timeout_s = 10.0;    // a worker silent this long is declared lost
+  int64_t max_restarts = 0;           // replacements the launcher may start over the whole job
+  int64_t snapshot_every_steps = 20;  // in-memory snapshots, and when joiners are admitted
+  double join_timeout_s = 60.0;       // how long the job waits below min_workers
+  int64_t min_or(int64_t workers) const { return min_workers > 0 ? min_workers : workers; }
+  int64_t max_or(int64_t workers) const { return max_workers > 0 ? max_workers : workers; }
+  bool operator==(const ElasticConfig&) const = default;
+};
+
 struct JobConfig {
   std::string name = "cohort-job";
   int64_t workers = 1;
@@ -91,6 +106,7 @@ struct JobConfig {
   TrainConfig train;
   CommConfig comm;
   CheckpointConfig checkpoint;
+  ElasticConfig elastic;
   bool operator==(const JobConfig&) const = default;
 };
 

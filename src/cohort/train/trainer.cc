@@ -2,7 +2,9 @@
 
 #include <torch/torch.h>
 
+#include <deque>
 #include <filesystem>
+#include <limits>
 
 #include "cohort/base/clock.h"
 #include "cohort/base/file.h"
@@ -22,6 +24,56 @@ namespace {
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The samples of one epoch trained on: how many, and the sum and sum of squares of their indices.
+// After a full epoch they are N, N(N-1)/2 and (N-1)N(2N-1)/6 exactly when each sample of [0, N)
+// was trained on once (doubles hold these integers exactly for any data set that fits in memory).
+struct EpochCount {
+  double samples = 0;
+  double id_sum = 0;
+  double id_sq_sum = 0;
+};
+
+// The replicated state outside the model and optimizer: the step, the sampler's position and the
+// committed sample counts of every epoch.
+struct TrainState {
+  int64_t step = 0;
+  int64_t epoch = 0;
+  int64_t consumed = 0;
+  std::vector<EpochCount> counts;
+
+  json to_json() const {
+    json c = json::array();
+    for (const auto& e : counts) c.push_back({e.samples, e.id_sum, e.id_sq_sum});
+    return {{"step", step}, {"epoch", epoch}, {"consumed", consumed}, {"counts", c}};
+  }
+  static TrainState from_json(const json& j) {
+    TrainState s{.step = j.at("step").get<int64_t>(),
+                 .epoch = j.at("epoch").get<int64_t>(),
+                 .consumed = j.at("consumed").get<int64_t>(),
+                 .counts = {}};
+    for (const auto& c : j.at("counts")) {
+      s.counts.push_back({c.at(0).get<double>(), c.at(1).get<double>(), c.at(2).get<double>()});
+    }
+    return s;
+  }
+};
+
+// A committed state: TrainState plus the model, optimizer and generator (encode_checkpoint).
+struct Snapshot {
+  TrainState state;
+  std::string bytes;
+};
+
+// Every rank leaves the membership epoch at a commit because a joiner waits to be admitted.
+struct MembershipSwitch {};
+
+// Errors after which the survivors meet again at the next membership epoch. Anything else (a bad
+// checkpoint, a bug) ends the worker.
+bool is_membership_failure(const std::exception& e) {
+  return dynamic_cast<const PeerLostError*>(&e) || dynamic_cast<const TimeoutError*>(&e) ||
+         dynamic_cast<const AbortedError*>(&e);
 }
 
 struct Evaluation {
@@ -44,9 +96,10 @@ Evaluation evaluate(Model& model, const Dataset& test, comm::Communicator& comm)
     auto logits = model.forward(x);
     sums[0] += logits.argmax(1).eq(y).sum().item<double>();
     sums[1] += static_cast<double>(part.size());
-    sums[2] += torch::nn::functional::cross_entropy(
-                   logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                   .item<double>();
+    sums[2] +=
+        torch::nn::functional::cross_entropy(
+            logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+            .item<double>();
   }
   comm.allreduce(Buffer{DType::F64, sums, 3}, {.op = comm::ReduceOp::Sum})->wait();
   model.train();
@@ -57,7 +110,7 @@ Evaluation evaluate(Model& model, const Dataset& test, comm::Communicator& comm)
 
 json train(TrainerContext& ctx) {
   const JobConfig& cfg = ctx.config;
-  const int rank = ctx.comm.rank(), world = ctx.comm.size();
+  const int job_rank = ctx.agent.rank();
   torch::set_num_threads(static_cast<int>(cfg.threads_per_worker));
 
   auto t_load = Clock::now();
@@ -67,153 +120,328 @@ json train(TrainerContext& ctx) {
                test_set.size(), seconds_since(t_load));
 
   ModelPtr model = make_model(cfg.model, input_spec(cfg.data), cfg.train.seed);
-  ddp::DistributedDataParallel ddp(
-      model, ctx.comm,
-      {.bucket_bytes = static_cast<size_t>(cfg.comm.bucket_mb * (1 << 20)),
-       .algorithm = comm::parse_algorithm(cfg.comm.algorithm)});
   auto optimizer = make_optimizer(cfg.train.optimizer, model->parameters());
-  LrSchedule schedule(cfg.train.optimizer, cfg.train.lr_schedule, world);
+  const int64_t snapshot_every = cfg.elastic.snapshot_every_steps;
+  const int64_t max_steps =
+      cfg.train.max_steps > 0 ? cfg.train.max_steps : std::numeric_limits<int64_t>::max();
 
-  DistributedSampler sampler({.dataset_size = train_set.size(),
-                              .world_size = world,
-                              .rank = rank,
-                              .batch_size = cfg.train.batch_size,
-                              .seed = cfg.train.seed,
-                              .drop_last = cfg.train.drop_last});
-  CheckpointMeta pos;  // where training starts: step, epoch, consumed
-  if (!ctx.resume_from.empty()) {
-    // Rank 0 picks and reads the checkpoint; every rank restores the same bytes.
-    std::string bytes, name;
-    if (rank == 0) {
-      CheckpointDir dir(ctx.resume_from, cfg.checkpoint.keep);
-      auto newest = dir.newest_valid();  // logs each corrupt checkpoint it skips
-      if (!newest) throw Error("no valid checkpoint to resume from in " + ctx.resume_from);
-      name = newest->path.string();
-      bytes = read_file(newest->path);
+  TrainState state;
+  std::deque<Snapshot> snapshots;  // the newest last; at most two
+  auto take_snapshot = [&](int world) {
+    Snapshot snap{state, encode_checkpoint({.step = state.step,
+                                            .epoch = state.epoch,
+                                            .consumed = state.consumed,
+                                            .world_size = world,
+                                            .seed = cfg.train.seed,
+                                            .job = cfg.name,
+                                            .time = wall_seconds()},
+                                           *model, optimizer.get())};
+    if (!snapshots.empty() && snapshots.back().state.step == state.step) {
+      snapshots.back() = std::move(snap);
+    } else {
+      snapshots.push_back(std::move(snap));
+      if (snapshots.size() > 2) snapshots.pop_front();
     }
-    name = ddp.broadcast_bytes(name);
-    bytes = ddp.broadcast_bytes(bytes);
-    pos = decode_checkpoint(bytes, name, *model, optimizer.get());
-    spdlog::info("resumed from {} at step {} (epoch {}, {} samples consumed)", name, pos.step,
-                 pos.epoch, pos.consumed);
-  }
-
-  const int64_t steps_per_epoch = sampler.steps_per_epoch();
-  int64_t total_steps = steps_per_epoch * cfg.train.epochs;
-  if (cfg.train.max_steps > 0) total_steps = std::min(total_steps, cfg.train.max_steps);
+  };
 
   std::unique_ptr<CheckpointDir> checkpoints;
-  if (!ctx.run_dir.empty() && rank == 0) {
-    checkpoints = std::make_unique<CheckpointDir>(std::filesystem::path(ctx.run_dir) / "checkpoints",
-                                                  cfg.checkpoint.keep);
+  if (!ctx.run_dir.empty()) {
+    checkpoints = std::make_unique<CheckpointDir>(
+        std::filesystem::path(ctx.run_dir) / "checkpoints", cfg.checkpoint.keep);
   }
-  auto save = [&](int64_t step, int64_t epoch, int64_t consumed) {
-    if (!checkpoints) return;
-    auto t = Clock::now();
-    auto path = checkpoints->save({.step = step,
-                                   .epoch = epoch,
-                                   .consumed = consumed,
-                                   .world_size = world,
-                                   .seed = cfg.train.seed,
-                                   .job = cfg.name,
-                                   .time = wall_seconds()},
-                                  *model, optimizer.get());
-    spdlog::info("checkpoint {} written in {:.2f} s", path.string(), seconds_since(t));
-  };
 
-  int64_t step = pos.step;
-  double compute_s = 0, data_s = 0, last_loss = 0;
+  // The workers of the start hold the seed's initial state; a replacement receives it.
+  elastic::Membership membership = ctx.agent.join();
+  bool fresh_start = membership.epoch == 0;
+  bool have_state = false;
+  int64_t resumed_from = 0;
+  int restores = 0;
+
+  double compute_s = 0, data_s = 0, comm_s = 0, last_loss = 0;
+  uint64_t comm_bytes = 0;
   int64_t samples = 0;
   auto t_train = Clock::now();
-  auto t_window = Clock::now();
-  int64_t window_steps = 0, window_samples = 0;
-  double window_loss = 0;
-  const double wait_before = ddp.stats().wait_seconds;
-  const auto bytes_before = ctx.comm.stats().bytes_sent;
-  // Position (epoch, consumed): where the next step begins. It is what a checkpoint stores.
-  int64_t epoch = pos.epoch;
-  int64_t consumed = pos.consumed;
-  auto position_after_step = [&] {
-    return sampler.steps_remaining() == 0 ? std::make_pair(epoch + 1, int64_t{0})
-                                          : std::make_pair(epoch, sampler.consumed());
-  };
+  double train_s = 0;
 
-  while (epoch < cfg.train.epochs && step < total_steps) {
-    sampler.reset(epoch, consumed);
-    while (step < total_steps) {
-      auto t0 = Clock::now();
-      auto batch = sampler.next();
-      if (!batch) break;
-      auto [x, y] = train_set.batch(batch->indices);
-      auto t1 = Clock::now();
-      data_s += std::chrono::duration<double>(t1 - t0).count();
+  for (;;) {
+    std::string leave_reason;
+    try {
+      comm::Communicator& comm = ctx.agent.connect(membership);
+      const int rank = comm.rank(), world = comm.size();
+      log::set_context(job_rank, membership.epoch, state.step);
+      ddp::DistributedDataParallel ddp(
+          model, comm,
+          {.bucket_bytes = static_cast<size_t>(cfg.comm.bucket_mb * (1 << 20)),
+           .algorithm = comm::parse_algorithm(cfg.comm.algorithm),
+           .broadcast_on_construct = false});
+      // Bytes sent by this process over all its communicators.
+      const uint64_t bytes_before = comm_bytes, bytes_at_connect = comm.stats().bytes_sent;
+      auto count_bytes = [&] {
+        comm_bytes = bytes_before + comm.stats().bytes_sent - bytes_at_connect;
+      };
+      bool report_recovery = false;
+      int64_t restored_step = 0, rolled_back = 0;
 
-      set_learning_rate(*optimizer, schedule.at(step));
-      optimizer->zero_grad();
-      auto logits = model->forward(x);
-      auto loss_sum = torch::nn::functional::cross_entropy(
-          logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-      // DDP averages over ranks: scale so the result is the mean over the global batch.
-      auto loss = loss_sum * (static_cast<double>(world) / static_cast<double>(batch->global_batch));
-      double wait0 = ddp.stats().wait_seconds;
-      ddp.backward(loss);
-      optimizer->step();
-      compute_s += seconds_since(t1) - (ddp.stats().wait_seconds - wait0);
-
-      ++step;
-      const auto n = static_cast<int64_t>(batch->indices.size());
-      samples += n;
-      if (n > 0) last_loss = loss_sum.item<double>() / static_cast<double>(n);
-      window_loss += last_loss;
-      ++window_steps;
-      window_samples += batch->global_batch;
-      log::set_step(step);
-
-      auto [next_epoch, next_consumed] = position_after_step();
-      if (rank == 0 && ctx.report_progress &&
-          (step % cfg.train.log_every_steps == 0 || step == total_steps || next_epoch != epoch)) {
-        double dt = seconds_since(t_window);
-        ctx.report_progress(json{{"step", step},
-                                 {"total_steps", total_steps},
-                                 {"epoch", epoch},
-                                 {"epochs", cfg.train.epochs},
-                                 {"loss", window_loss / window_steps},
-                                 {"lr", learning_rate(*optimizer)},
-                                 {"samples_per_sec", dt > 0 ? window_samples / dt : 0.0},
-                                 {"steps_per_sec", dt > 0 ? window_steps / dt : 0.0},
-                                 {"time", wall_seconds()}});
-        t_window = Clock::now();
-        window_steps = window_samples = 0;
-        window_loss = 0;
+      if (fresh_start) {
+        fresh_start = false;
+        ddp.broadcast_parameters(0);
+        if (!ctx.resume_from.empty()) {
+          // Rank 0 picks and reads the checkpoint; every rank restores the same bytes.
+          std::string bytes, name;
+          if (rank == 0) {
+            CheckpointDir dir(ctx.resume_from, cfg.checkpoint.keep);
+            auto newest = dir.newest_valid();  // logs each corrupt checkpoint it skips
+            if (!newest) throw Error("no valid checkpoint to resume from in " + ctx.resume_from);
+            name = newest->path.string();
+            bytes = read_file(newest->path);
+          }
+          name = ddp.broadcast_bytes(name);
+          bytes = ddp.broadcast_bytes(bytes);
+          CheckpointMeta pos = decode_checkpoint(bytes, name, *model, optimizer.get());
+          state.step = resumed_from = pos.step;
+          state.epoch = pos.epoch;
+          state.consumed = pos.consumed;
+          spdlog::info("resumed from {} at step {} (epoch {}, {} samples consumed)", name, pos.step,
+                       pos.epoch, pos.consumed);
+        }
+        take_snapshot(world);
+        have_state = true;
+      } else {
+        // Agree on the newest snapshot every rank that has state holds, and who sends it to the
+        // ranks without: min over ranks of (newest snapshot, -steps reached, -needs state, rank).
+        constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+        int64_t v[4] = {have_state ? snapshots.back().state.step : kNone, -state.step,
+                        have_state ? 0 : -1, have_state ? rank : kNone};
+        comm.allreduce(Buffer{DType::I64, v, 4}, {.op = comm::ReduceOp::Min})->wait();
+        if (v[0] == kNone) {
+          throw Error("membership epoch " + std::to_string(membership.epoch) +
+                      ": no member holds the training state (every worker that had it was lost)");
+        }
+        restored_step = v[0];
+        const int root = static_cast<int>(v[3]);
+        std::string bytes, state_json;
+        if (have_state) {
+          auto it = std::find_if(snapshots.begin(), snapshots.end(),
+                                 [&](const Snapshot& s) { return s.state.step == restored_step; });
+          if (it == snapshots.end()) {
+            throw Error("rank " + std::to_string(job_rank) + " holds no snapshot of step " +
+                        std::to_string(restored_step) + " (its newest is of step " +
+                        std::to_string(snapshots.back().state.step) + ")");
+          }
+          bytes = it->bytes;
+          state_json = it->state.to_json().dump();
+        }
+        if (v[2] < 0) {
+          bytes = ddp.broadcast_bytes(rank == root ? bytes : std::string(), root);
+          state_json = ddp.broadcast_bytes(rank == root ? state_json : std::string(), root);
+        }
+        rolled_back = std::max<int64_t>(0, -v[1] - restored_step);
+        decode_checkpoint(bytes, "snapshot of step " + std::to_string(restored_step), *model,
+                          optimizer.get());
+        state = TrainState::from_json(json::parse(state_json));
+        snapshots.clear();
+        snapshots.push_back({state, std::move(bytes)});
+        have_state = true;
+        ++restores;
+        report_recovery = rank == 0;
+        spdlog::info(
+            "membership epoch {}: {} workers; restored the snapshot of step {} (epoch {}, {} "
+            "samples consumed), {} steps rolled back{}",
+            membership.epoch, world, restored_step, state.epoch, state.consumed, rolled_back,
+            v[2] < 0 ? ", state sent by rank " + std::to_string(root) : "");
       }
-      if (cfg.checkpoint.every_steps > 0 && step % cfg.checkpoint.every_steps == 0) {
-        save(step, next_epoch, next_consumed);
+      auto recovery_done = [&] {
+        if (!report_recovery) return;
+        report_recovery = false;
+        ctx.agent.report_recovered(membership, {{"restored_step", restored_step},
+                                                {"steps_rolled_back", rolled_back},
+                                                {"step", state.step},
+                                                {"time", wall_seconds()}});
+      };
+
+      DistributedSampler sampler({.dataset_size = train_set.size(),
+                                  .world_size = world,
+                                  .rank = rank,
+                                  .batch_size = cfg.train.batch_size,
+                                  .seed = cfg.train.seed,
+                                  .drop_last = cfg.train.drop_last});
+      // The peak learning rate follows the world size when lr_schedule.scaling is linear.
+      LrSchedule schedule(cfg.train.optimizer, cfg.train.lr_schedule, world);
+      int64_t total_steps = state.step;
+      if (state.epoch < cfg.train.epochs) {
+        sampler.reset(state.epoch, state.consumed);
+        total_steps += sampler.steps_remaining() +
+                       (cfg.train.epochs - state.epoch - 1) * sampler.steps_per_epoch();
       }
+      total_steps = std::min(total_steps, max_steps);
+
+      // Commit: add up the samples trained since the last commit, take a snapshot, and leave the
+      // epoch together if any rank saw a request for the next one.
+      EpochCount pending;
+      int64_t pending_epoch = state.epoch;
+      auto commit = [&](bool may_switch) {
+        double v[4] = {pending.samples, pending.id_sum, pending.id_sq_sum,
+                       ctx.agent.change_requested() ? 1.0 : 0.0};
+        comm.allreduce(Buffer{DType::F64, v, 4}, {.op = comm::ReduceOp::Sum})->wait();
+        if (state.counts.size() <= static_cast<size_t>(pending_epoch)) {
+          state.counts.resize(static_cast<size_t>(pending_epoch) + 1);
+        }
+        auto& c = state.counts[static_cast<size_t>(pending_epoch)];
+        c.samples += v[0];
+        c.id_sum += v[1];
+        c.id_sq_sum += v[2];
+        pending = {};
+        pending_epoch = state.epoch;
+        take_snapshot(world);
+        if (may_switch && v[3] > 0) throw MembershipSwitch{};
+      };
+
+      auto t_window = Clock::now();
+      int64_t window_steps = 0, window_samples = 0;
+      double window_loss = 0;
+      while (state.epoch < cfg.train.epochs && state.step < max_steps) {
+        sampler.reset(state.epoch, state.consumed);
+        pending_epoch = state.epoch;
+        bool epoch_end = false;
+        while (!epoch_end && state.step < max_steps) {
+          auto t0 = Clock::now();
+          auto batch = sampler.next();
+          if (!batch) break;
+          auto [x, y] = train_set.batch(batch->indices);
+          auto t1 = Clock::now();
+          data_s += std::chrono::duration<double>(t1 - t0).count();
+
+          set_learning_rate(*optimizer, schedule.at(state.step));
+          optimizer->zero_grad();
+          auto logits = model->forward(x);
+          auto loss_sum = torch::nn::functional::cross_entropy(
+              logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+          // DDP averages over ranks: scale so the result is the mean over the global batch.
+          auto loss =
+              loss_sum * (static_cast<double>(world) / static_cast<double>(batch->global_batch));
+          double wait0 = ddp.stats().wait_seconds;
+          ddp.backward(loss);
+          optimizer->step();
+          const double waited = ddp.stats().wait_seconds - wait0;
+          compute_s += seconds_since(t1) - waited;
+          comm_s += waited;
+
+          ++state.step;
+          const auto n = static_cast<int64_t>(batch->indices.size());
+          samples += n;
+          for (int64_t i : batch->indices) {
+            const auto d = static_cast<double>(i);
+            pending.samples += 1;
+            pending.id_sum += d;
+            pending.id_sq_sum += d * d;
+          }
+          if (n > 0) last_loss = loss_sum.item<double>() / static_cast<double>(n);
+          window_loss += last_loss;
+          ++window_steps;
+          window_samples += batch->global_batch;
+          log::set_step(state.step);
+          recovery_done();
+
+          epoch_end = sampler.steps_remaining() == 0;
+          state.epoch = epoch_end ? state.epoch + 1 : state.epoch;
+          state.consumed = epoch_end ? 0 : sampler.consumed();
+          const bool last = state.step >= total_steps || state.epoch >= cfg.train.epochs;
+          if (rank == 0 && ctx.report_progress &&
+              (state.step % cfg.train.log_every_steps == 0 || last || epoch_end)) {
+            double dt = seconds_since(t_window);
+            ctx.report_progress(json{{"step", state.step},
+                                     {"total_steps", total_steps},
+                                     {"epoch", pending_epoch},
+                                     {"epochs", cfg.train.epochs},
+                                     {"loss", window_loss / window_steps},
+                                     {"lr", learning_rate(*optimizer)},
+                                     {"samples_per_sec", dt > 0 ? window_samples / dt : 0.0},
+                                     {"steps_per_sec", dt > 0 ? window_steps / dt : 0.0},
+                                     {"world_size", world},
+                                     {"time", wall_seconds()}});
+            t_window = Clock::now();
+            window_steps = window_samples = 0;
+            window_loss = 0;
+          }
+          if (epoch_end || last || state.step >= max_steps || state.step % snapshot_every == 0) {
+            count_bytes();
+            commit(/*may_switch=*/!last);
+          }
+          if (rank == 0 && checkpoints && cfg.checkpoint.every_steps > 0 &&
+              state.step % cfg.checkpoint.every_steps == 0) {
+            auto t = Clock::now();
+            auto path = checkpoints->save({.step = state.step,
+                                           .epoch = state.epoch,
+                                           .consumed = state.consumed,
+                                           .world_size = world,
+                                           .seed = cfg.train.seed,
+                                           .job = cfg.name,
+                                           .time = wall_seconds()},
+                                          *model, optimizer.get());
+            spdlog::info("checkpoint {} written in {:.2f} s", path.string(), seconds_since(t));
+          }
+        }
+      }
+      train_s = seconds_since(t_train);
+      if (rank == 0 && checkpoints && cfg.checkpoint.every_steps > 0 && state.step > resumed_from &&
+          state.step % cfg.checkpoint.every_steps != 0) {
+        checkpoints->save({.step = state.step,
+                           .epoch = state.epoch,
+                           .consumed = state.consumed,
+                           .world_size = world,
+                           .seed = cfg.train.seed,
+                           .job = cfg.name,
+                           .time = wall_seconds()},
+                          *model, optimizer.get());
+      }
+
+      Evaluation ev = evaluate(*model, test_set, comm);
+      recovery_done();
+      count_bytes();
+      json epoch_samples = json::array();
+      for (size_t e = 0; e < state.counts.size(); ++e) {
+        epoch_samples.push_back({{"epoch", e},
+                                 {"samples", state.counts[e].samples},
+                                 {"id_sum", state.counts[e].id_sum},
+                                 {"id_sq_sum", state.counts[e].id_sq_sum}});
+      }
+      return json{
+          {"rank", rank},
+          {"job_rank", job_rank},
+          {"membership_epoch", membership.epoch},
+          {"world_size", world},
+          {"steps", state.step},
+          // Epochs trained: whole ones plus the part of the current one.
+          {"epochs", static_cast<double>(state.epoch) + static_cast<double>(state.consumed) /
+                                                            static_cast<double>(train_set.size())},
+          {"samples", samples},
+          {"train_seconds", train_s},
+          {"compute_seconds", compute_s},
+          {"comm_seconds", comm_s},
+          {"data_seconds", data_s},
+          {"comm_bytes", comm_bytes},
+          {"test_accuracy", ev.accuracy},
+          {"test_loss", ev.loss},
+          {"final_loss", last_loss},
+          {"parameter_digest", ddp.parameter_digest()},
+          {"resumed_from_step", resumed_from},
+          {"restores", restores},
+          {"epoch_samples", epoch_samples}};
+    } catch (const MembershipSwitch&) {
+      leave_reason = "";  // a graceful switch: nothing in flight
+      spdlog::info("leaving membership epoch {} at step {}: a worker joins", membership.epoch,
+                   state.step);
+    } catch (const Error& e) {
+      if (!is_membership_failure(e)) throw;
+      leave_reason = e.what();
+      spdlog::warn("leaving membership epoch {} at step {}: {}", membership.epoch, state.step,
+                   e.what());
     }
-    std::tie(epoch, consumed) = position_after_step();
-    if (consumed > 0) break;  // stopped by max_steps in the middle of an epoch
+    ctx.agent.disconnect(leave_reason);
+    membership = ctx.agent.rejoin(
+        membership,
+        {{"step", state.step}, {"snapshot_step", have_state ? snapshots.back().state.step : -1}});
   }
-  double train_s = seconds_since(t_train);
-  if (cfg.checkpoint.every_steps > 0 && step > pos.step && step % cfg.checkpoint.every_steps != 0) {
-    save(step, epoch, consumed);
-  }
-
-  Evaluation ev = evaluate(*model, test_set, ctx.comm);
-  json summary{{"rank", rank},
-               {"steps", step},
-               {"epochs", static_cast<double>(step) / std::max<int64_t>(1, steps_per_epoch)},
-               {"samples", samples},
-               {"train_seconds", train_s},
-               {"compute_seconds", compute_s},
-               {"comm_seconds", ddp.stats().wait_seconds - wait_before},
-               {"data_seconds", data_s},
-               {"comm_bytes", ctx.comm.stats().bytes_sent - bytes_before},
-               {"test_accuracy", ev.accuracy},
-               {"test_loss", ev.loss},
-               {"final_loss", last_loss},
-               {"parameter_digest", ddp.parameter_digest()},
-               {"resumed_from_step", pos.step}};
-  return summary;
 }
 
 }  // namespace cohort::train

@@ -10,6 +10,7 @@
 #include "cohort/base/file.h"
 #include "cohort/base/log.h"
 #include "cohort/comm/communicator.h"
+#include "cohort/elastic/agent.h"
 #include "cohort/elastic/job_protocol.h"
 #include "cohort/store/tcp_store.h"
 #include "cohort/train/trainer.h"
@@ -39,9 +40,12 @@ int run_worker(const WorkerOptions& options) {
     JobConfig cfg = parse_job_config(yaml, "job config from " + options.coordinator.str());
     int world = static_cast<int>(cfg.workers);
     if (rank < 0) rank = static_cast<int>(store->add(elastic::keys::kNextRank, 1) - 1);
-    if (rank >= world) {
+    // Ranks from `workers` on belong to replacements the launcher starts.
+    const int64_t rank_limit = cfg.workers + cfg.elastic.max_restarts;
+    if (rank >= rank_limit) {
       throw ConfigError("rank " + std::to_string(rank) + " is out of range for a job of " +
-                        std::to_string(world) + " workers");
+                        std::to_string(world) + " workers and " +
+                        std::to_string(cfg.elastic.max_restarts) + " replacements");
     }
     log::set_context(rank);
     store->set(elastic::keys::joined(rank),
@@ -49,22 +53,28 @@ int run_worker(const WorkerOptions& options) {
     spdlog::info("joined job '{}' as rank {} of {} (coordinator {})", cfg.name, rank, world,
                  options.coordinator.str());
 
-    auto timeout = std::chrono::milliseconds(static_cast<long>(cfg.comm.timeout_s * 1000));
-    auto comm = comm::Communicator::create(*store, {.rank = rank,
-                                                    .size = world,
-                                                    .token = options.token,
-                                                    .bind_host = options.bind_host,
-                                                    .timeout = timeout,
-                                                    .store_prefix = elastic::keys::comm_prefix(0)});
+    auto ms = [](double s) { return std::chrono::milliseconds(static_cast<long>(s * 1000)); };
+    elastic::WorkerAgent agent(
+        *store, {.coordinator = options.coordinator,
+                 .token = options.token,
+                 .rank = rank,
+                 .heartbeat = ms(cfg.elastic.heartbeat_s),
+                 // At least as long as the coordinator waits for the survivors and for joiners.
+                 .join_timeout = ms(cfg.elastic.join_timeout_s + 2 * cfg.elastic.failure_timeout_s),
+                 .comm = {.token = options.token,
+                          .bind_host = options.bind_host,
+                          .timeout = ms(cfg.comm.timeout_s)}});
 
     TrainerContext ctx{
         .config = cfg,
-        .comm = *comm,
+        .agent = agent,
         .run_dir = to_string(store->get(elastic::keys::kRunDir)),
         .resume_from = to_string(store->get(elastic::keys::kResume)),
         .report_progress =
-            [&, next = 0L](const json& record) mutable {
-              store->set(elastic::keys::metrics(next++), to_bytes(record.dump()));
+            [&](const json& record) {
+              // Rank 0 of any membership epoch reports; the counter keeps the records in order.
+              long next = static_cast<long>(store->add(elastic::keys::kMetricsNext, 1) - 1);
+              store->set(elastic::keys::metrics(next), to_bytes(record.dump()));
             },
     };
     json summary = train(ctx);
@@ -74,6 +84,10 @@ int run_worker(const WorkerOptions& options) {
     spdlog::info("finished: {} steps, test accuracy {:.4f}", summary.value("steps", 0L),
                  summary.value("test_accuracy", 0.0));
     return 0;
+  } catch (const elastic::ExcludedError& e) {
+    // The job went on without this worker; its state is not the job's any more.
+    spdlog::warn("excluded from the job, exiting: {}", e.what());
+    return kExitExcluded;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     if (store && rank >= 0) {

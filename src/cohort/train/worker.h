@@ -12,9 +12,13 @@ namespace cohort::train {
 struct WorkerOptions {
   net::Endpoint coordinator;
   std::string token;
-  int rank = -1;                       // -1: take the next free rank from the coordinator
-  std::string bind_host = "127.0.0.1"; // where this worker listens for its peers
+  int rank = -1;                        // -1: take the next free rank from the coordinator
+  std::string bind_host = "127.0.0.1";  // where this worker listens for its peers
 };
+
+// Exit code of a worker that found itself excluded from the job (declared lost while it was
+// stopped or cut off): not a failure of the job.
+inline constexpr int kExitExcluded = 3;
 
 // Returns the process exit code: 0 on success. Failures are logged and reported to the coordinator.
 int run_worker(const WorkerOptions& options);

@@ -1,0 +1,174 @@
+#include "cohort/elastic/agent.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "cohort/elastic/job_protocol.h"
+#include "cohort/store/tcp_store.h"
+
+namespace cohort::elastic {
+
+using nlohmann::json;
+using store::to_bytes;
+using store::to_string;
+
+namespace {
+// The heartbeat thread looks for the coordinator's request at least this often.
+constexpr Millis kWatchSlice{200};
+}  // namespace
+
+int Membership::rank_of(int rank) const {
+  auto it = std::find(members.begin(), members.end(), rank);
+  return it == members.end() ? -1 : static_cast<int>(it - members.begin());
+}
+
+Membership Membership::parse(const std::string& text) {
+  try {
+    auto j = json::parse(text);
+    return Membership{.epoch = j.at("epoch").get<int>(),
+                      .members = j.at("members").get<std::vector<int>>()};
+  } catch (const json::exception& e) {
+    throw ProtocolError("unreadable membership record '" + text + "': " + e.what());
+  }
+}
+
+WorkerAgent::WorkerAgent(store::Store& store, AgentOptions options)
+    : store_(store), options_(std::move(options)) {
+  thread_ = std::thread([this] { heartbeat_loop(); });
+}
+
+WorkerAgent::~WorkerAgent() {
+  {
+    std::lock_guard lk(stop_mu_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  thread_.join();
+  disconnect("");
+}
+
+void WorkerAgent::heartbeat_loop() {
+  std::unique_ptr<store::TcpStore> store;
+  auto next_beat = Clock::now();
+  bool warned = false;
+  for (;;) {
+    {
+      std::unique_lock lk(stop_mu_);
+      if (stop_) return;
+    }
+    try {
+      if (!store) store = std::make_unique<store::TcpStore>(options_.coordinator, options_.token);
+      if (Clock::now() >= next_beat) {
+        store->add(keys::heartbeat(options_.rank), 1);
+        next_beat = Clock::now() + options_.heartbeat;
+      }
+      const int epoch = connected_epoch_.load();
+      const auto slice = std::min<Millis>(
+          kWatchSlice, std::max<Millis>(Millis(1), std::chrono::duration_cast<Millis>(
+                                                       next_beat - Clock::now())));
+      if (epoch >= 0 && requested_.load() <= epoch) {
+        try {
+          store->wait({keys::request(epoch + 1)}, slice);
+          requested_ = epoch + 1;
+        } catch (const TimeoutError&) {
+        }
+      }
+      if (epoch >= 0 && requested_.load() > epoch) {
+        if (to_string(store->get(keys::request(epoch + 1))) == "abort") {
+          std::lock_guard lk(comm_mu_);
+          if (comm_ && connected_epoch_.load() == epoch) {
+            comm_->abort("membership epoch " + std::to_string(epoch + 1) +
+                         " was requested (a worker was lost)");
+          }
+        }
+        std::unique_lock lk(stop_mu_);
+        stop_cv_.wait_for(lk, slice, [&] { return stop_; });
+      } else if (epoch < 0) {
+        std::unique_lock lk(stop_mu_);
+        stop_cv_.wait_for(lk, slice, [&] { return stop_; });
+      }
+      warned = false;
+    } catch (const std::exception& e) {
+      if (!warned) spdlog::warn("heartbeat to the coordinator failed: {}", e.what());
+      warned = true;
+      store.reset();
+      std::unique_lock lk(stop_mu_);
+      stop_cv_.wait_for(lk, options_.heartbeat, [&] { return stop_; });
+    }
+  }
+}
+
+Membership WorkerAgent::wait_membership(int epoch, Clock::time_point deadline) {
+  for (;;) {
+    try {
+      store_.wait({keys::membership(epoch)}, kWatchSlice);
+      return Membership::parse(to_string(store_.get(keys::membership(epoch))));
+    } catch (const TimeoutError&) {
+    }
+    if (store_.check({keys::kAbandoned})) {
+      throw Error("the coordinator gave up on the job: " + to_string(store_.get(keys::kAbandoned)));
+    }
+    if (Clock::now() >= deadline) {
+      throw TimeoutError("rank " + std::to_string(options_.rank) + ": no membership epoch " +
+                         std::to_string(epoch) + " within " +
+                         std::to_string(options_.join_timeout.count() / 1000) + " s");
+    }
+  }
+}
+
+Membership WorkerAgent::join() {
+  const int current = std::stoi(to_string(store_.get(keys::kEpoch)));
+  Membership m = Membership::parse(to_string(store_.get(keys::membership(current))));
+  if (m.rank_of(options_.rank) >= 0) return m;
+  store_.set(keys::waiting(options_.rank), to_bytes(json{{"time", wall_seconds()}}.dump()));
+  spdlog::info("waiting to be admitted (membership epoch {} has {} workers)", current,
+               m.members.size());
+  const auto deadline = Clock::now() + options_.join_timeout;
+  for (int e = current + 1;; ++e) {
+    m = wait_membership(e, deadline);
+    if (m.rank_of(options_.rank) >= 0) return m;
+  }
+}
+
+Membership WorkerAgent::rejoin(const Membership& current, const json& info) {
+  const int target = current.epoch + 1;
+  store_.set(keys::ready(target, options_.rank), to_bytes(info.dump()));
+  Membership m = wait_membership(target, Clock::now() + options_.join_timeout);
+  if (m.rank_of(options_.rank) < 0) {
+    throw ExcludedError("rank " + std::to_string(options_.rank) +
+                        " is not a member of membership epoch " + std::to_string(target) +
+                        ": the others went on without it (it was declared lost)");
+  }
+  return m;
+}
+
+comm::Communicator& WorkerAgent::connect(const Membership& m) {
+  disconnect("");
+  comm::CommConfig cfg = options_.comm;
+  cfg.rank = m.rank_of(options_.rank);
+  cfg.size = static_cast<int>(m.members.size());
+  cfg.store_prefix = keys::comm_prefix(m.epoch);
+  if (cfg.rank < 0)
+    throw Error("connect: rank is not a member of epoch " + std::to_string(m.epoch));
+  auto comm = comm::Communicator::create(store_, cfg);
+  std::lock_guard lk(comm_mu_);
+  comm_ = std::move(comm);
+  connected_epoch_ = m.epoch;
+  return *comm_;
+}
+
+void WorkerAgent::disconnect(const std::string& reason) {
+  std::unique_ptr<comm::Communicator> old;
+  {
+    std::lock_guard lk(comm_mu_);
+    old = std::move(comm_);
+  }
+  if (old && !reason.empty()) old->abort(reason);
+}
+
+void WorkerAgent::report_recovered(const Membership& m, const json& info) {
+  store_.set(keys::recovered(m.epoch), to_bytes(info.dump()));
+}
+
+}  // namespace cohort::elastic

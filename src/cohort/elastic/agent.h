@@ -1,0 +1,104 @@
+// The worker's side of the membership protocol (coordinator.h describes it): heartbeats, joining,
+// leaving a failed epoch and meeting again at the next, and the communicator of each epoch.
+//
+// A background thread, on its own store connection, adds to job/heartbeat/<rank> every heartbeat
+// interval and watches for the coordinator's request for the next epoch. An "abort" request
+// aborts the current communicator at once, so a rank blocked in a collective with a lost peer is
+// released within moments instead of at the collective's deadline; a "grow" request is only noted
+// (change_requested()) and the trainer switches at its next snapshot boundary.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cohort/base/clock.h"
+#include "cohort/base/error.h"
+#include "cohort/comm/communicator.h"
+#include "cohort/net/socket.h"
+#include "cohort/store/store.h"
+
+namespace cohort::elastic {
+
+// This worker is not a member of the job any more (it was declared lost, e.g. after being stopped
+// longer than the failure timeout). It must exit without touching the job's state.
+class ExcludedError : public Error {
+ public:
+  using Error::Error;
+};
+
+struct Membership {
+  int epoch = 0;
+  std::vector<int> members;  // job ranks; the communicator rank is the index
+  // Communicator rank of job rank `rank`, or -1.
+  int rank_of(int rank) const;
+  static Membership parse(const std::string& json_text);
+};
+
+struct AgentOptions {
+  net::Endpoint coordinator;
+  std::string token;
+  int rank = 0;  // this worker's rank in the job (stable across epochs)
+  std::chrono::milliseconds heartbeat{1000};
+  // How long a worker waits for a membership that includes it before giving up.
+  std::chrono::milliseconds join_timeout{60000};
+  // Template of every epoch's communicator (rank, size and store_prefix are filled in).
+  comm::CommConfig comm;
+};
+
+class WorkerAgent {
+ public:
+  // `store` is the worker's main store connection (the communicators use it); the heartbeat
+  // thread opens its own.
+  WorkerAgent(store::Store& store, AgentOptions options);
+  ~WorkerAgent();
+  WorkerAgent(const WorkerAgent&) = delete;
+  WorkerAgent& operator=(const WorkerAgent&) = delete;
+
+  int rank() const { return options_.rank; }
+
+  // The first membership this worker belongs to: the current one if it lists this rank (the
+  // workers of the start), otherwise this worker announces itself as a joiner (job/waiting) and
+  // waits to be admitted. Throws Error if the job was abandoned or join_timeout passed.
+  Membership join();
+  // After the current epoch failed (or a change was agreed): tells the coordinator this worker is
+  // ready for the next epoch (`info` goes into job/ready) and waits for that epoch's membership.
+  // Throws ExcludedError if it does not list this worker.
+  Membership rejoin(const Membership& current, const nlohmann::json& info);
+
+  // Builds the communicator of `m` (this worker must be a member) and watches it: an abort request
+  // for the next epoch aborts it. Valid until disconnect().
+  comm::Communicator& connect(const Membership& m);
+  // Aborts (if `reason` is not empty) and destroys the current communicator.
+  void disconnect(const std::string& reason);
+
+  // Whether the coordinator asked for an epoch after the connected one.
+  bool change_requested() const { return requested_.load() > connected_epoch_.load(); }
+  // Rank 0 of an epoch after a failure: the first step there is done (for recovery_seconds).
+  void report_recovered(const Membership& m, const nlohmann::json& info);
+
+ private:
+  Membership wait_membership(int epoch, Clock::time_point deadline);
+  void heartbeat_loop();
+
+  store::Store& store_;
+  AgentOptions options_;
+  std::atomic<int> connected_epoch_{-1};
+  std::atomic<int> requested_{-1};
+
+  std::mutex comm_mu_;  // guards comm_ against the heartbeat thread's abort
+  std::unique_ptr<comm::Communicator> comm_;
+
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace cohort::elastic

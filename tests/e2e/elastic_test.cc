@@ -1,0 +1,300 @@
+// End to end: fault tolerance of `cohort run` against real signals from outside. A worker is
+// SIGKILLed or SIGSTOPped mid-epoch; the job must finish, count every sample of every epoch
+// exactly once, and report the failure and the recovery in events.jsonl and summary.json.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shell.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  auto d =
+      fs::temp_directory_path() / ("cohort-elastic-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return json::parse(in);
+}
+
+std::vector<json> read_events(const fs::path& dir) {
+  std::vector<json> out;
+  std::ifstream in(dir / "events.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    try {
+      out.push_back(json::parse(line));
+    } catch (const json::exception&) {
+      // A line being written right now.
+    }
+  }
+  return out;
+}
+
+long last_step(const fs::path& dir) {
+  std::ifstream in(dir / "metrics.jsonl");
+  std::string line;
+  long step = 0;
+  while (std::getline(in, line)) {
+    try {
+      step = json::parse(line).value("step", step);
+    } catch (const json::exception&) {
+    }
+  }
+  return step;
+}
+
+std::string example(const std::string& name) {
+  return std::string(COHORT_SOURCE_DIR) + "/examples/" + name;
+}
+
+// `cohort run` in its own process group, so that the test can always clean everything up.
+class Launcher {
+ public:
+  Launcher(const fs::path& dir, const std::vector<std::string>& sets) : dir_(dir) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      setpgid(0, 0);
+      int fd = ::open((dir / "out.txt").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      std::vector<std::string> args = {COHORT_BINARY, "run", example("fashion-mlp.yaml"),
+                                       "--run-dir", (dir / "run").string()};
+      for (const auto& s : sets) {
+        args.push_back("--set");
+        args.push_back(s);
+      }
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(COHORT_BINARY, argv.data());
+      _exit(127);
+    }
+  }
+  ~Launcher() {
+    if (pid_ > 0 && !reaped_) {
+      kill(-pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  fs::path run() const { return dir_ / "run"; }
+  std::string output() const {
+    std::ifstream in(dir_ / "out.txt");
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  }
+  // Waits for `cond` (polled every 20 ms) up to `limit`.
+  bool wait_until(const std::function<bool()>& cond, std::chrono::seconds limit) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (cond()) return true;
+      std::this_thread::sleep_for(20ms);
+    }
+    return false;
+  }
+  // The launcher's exit code, or -1 if it did not exit within `limit`.
+  int wait_exit(std::chrono::seconds limit) {
+    int st = 0;
+    bool done = wait_until([&] { return waitpid(pid_, &st, WNOHANG) == pid_; }, limit);
+    if (!done) return -1;
+    reaped_ = true;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  }
+  // The pid `cohort run` started for `rank` (from events.jsonl).
+  int worker_pid(int rank) {
+    for (const auto& e : read_events(run())) {
+      if (e.value("event", "") == "worker_started" && e.value("rank", -1) == rank) {
+        return e.value("pid", 0);
+      }
+    }
+    return 0;
+  }
+
+ private:
+  fs::path dir_;
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+};
+
+const json* find_event(const std::vector<json>& events, const std::string& name,
+                       const std::function<bool(const json&)>& also = nullptr) {
+  for (const auto& e : events) {
+    if (e.value("event", "") == name && (!also || also(e))) return &e;
+  }
+  return nullptr;
+}
+
+// Every epoch trained on each of the 60000 Fashion-MNIST examples exactly once: the count, the sum
+// and the sum of squares of the example indices match those of [0, N).
+void expect_every_sample_once(const json& summary, int epochs) {
+  const double n = 60000;
+  const json& per_epoch = summary["epoch_samples"];
+  ASSERT_EQ(per_epoch.size(), static_cast<size_t>(epochs)) << summary.dump(2);
+  for (const auto& e : per_epoch) {
+    EXPECT_EQ(e["samples"].get<double>(), n) << e.dump();
+    EXPECT_EQ(e["id_sum"].get<double>(), n * (n - 1) / 2) << e.dump();
+    EXPECT_EQ(e["id_sq_sum"].get<double>(), (n - 1) * n * (2 * n - 1) / 6) << e.dump();
+  }
+}
+
+// Three workers, one epoch of Fashion-MNIST with the MLP: 313 steps.
+const std::vector<std::string> kJob = {"workers=3", "train.epochs=1", "train.seed=7",
+                                       "checkpoint.every_steps=0"};
+
+TEST(Elastic, KilledWorkerIsReplacedAndTheJobFinishesAsWellAsWithoutFailure) {
+  auto dir = fresh_dir("kill");
+  // Two epochs: time for the replacement to start (libtorch, the data set) and be admitted.
+  auto job = kJob;
+  job[1] = "train.epochs=2";
+  // The same job without a failure, for the accuracy to compare with.
+  json clean;
+  {
+    Launcher run(dir / "clean", job);
+    ASSERT_EQ(run.wait_exit(180s), 0) << run.output();
+    clean = read_json(run.run() / "summary.json");
+    expect_every_sample_once(clean, 2);
+  }
+  auto sets = job;
+  for (const char* s :
+       {"elastic.max_restarts=1", "elastic.min_workers=2", "elastic.heartbeat_s=0.2",
+        "elastic.failure_timeout_s=1", "elastic.snapshot_every_steps=10"}) {
+    sets.push_back(s);
+  }
+  Launcher run(dir / "faulty", sets);
+  // Mid-epoch (313 steps per epoch at three workers): kill rank 1 from outside.
+  ASSERT_TRUE(run.wait_until([&] { return last_step(run.run()) >= 40; }, 120s)) << run.output();
+  int victim = run.worker_pid(1);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  ASSERT_EQ(run.wait_exit(180s), 0) << run.output();
+
+  auto s = read_json(run.run() / "summary.json");
+  EXPECT_EQ(s["status"], "completed");
+  EXPECT_GE(s["recoveries"].get<int>(), 1) << s.dump(2);
+  EXPECT_LT(s["recovery_seconds_max"].get<double>(), 3.0) << s.dump(2);
+  EXPECT_EQ(s["restarts"], 1);
+  EXPECT_EQ(s["final_world_size"], 3) << "the replacement did not rejoin";
+  expect_every_sample_once(s, 2);
+  EXPECT_NEAR(s["test_accuracy"].get<double>(), clean["test_accuracy"].get<double>(), 0.01)
+      << "with failure " << s["test_accuracy"] << ", without " << clean["test_accuracy"];
+  // The replicas agree after recovery and the replacement's arrival.
+  for (const auto& r : s["per_rank"])
+    EXPECT_EQ(r["parameter_digest"], s["per_rank"][0]["parameter_digest"]);
+
+  auto events = read_events(run.run());
+  const json* lost = find_event(events, "worker_lost");
+  ASSERT_NE(lost, nullptr);
+  EXPECT_EQ((*lost)["rank"], 1);
+  EXPECT_EQ((*lost)["pid"], victim);
+  EXPECT_FALSE((*lost)["host"].get<std::string>().empty());
+  const std::string cause = (*lost)["cause"];
+  EXPECT_TRUE(cause.find("SIGKILL") != std::string::npos ||
+              cause.find("connection") != std::string::npos)
+      << cause;
+  EXPECT_NE(
+      find_event(events, "membership_changed", [](const json& e) { return e["world_size"] == 2; }),
+      nullptr);
+  EXPECT_NE(find_event(events, "membership_changed",
+                       [](const json& e) { return e["world_size"] == 3 && e["kind"] == "grow"; }),
+            nullptr);
+  EXPECT_NE(find_event(events, "recovered"), nullptr);
+  EXPECT_NE(
+      find_event(events, "worker_started", [](const json& e) { return e.contains("replaces"); }),
+      nullptr);
+  fs::remove_all(dir);
+}
+
+TEST(Elastic, StoppedWorkerIsExcludedByHeartbeatAndExitsWhenResumed) {
+  auto dir = fresh_dir("stop");
+  auto sets = kJob;
+  for (const char* s : {"elastic.min_workers=2", "elastic.heartbeat_s=0.2",
+                        "elastic.failure_timeout_s=1", "elastic.snapshot_every_steps=10"}) {
+    sets.push_back(s);
+  }
+  Launcher run(dir, sets);
+  ASSERT_TRUE(run.wait_until([&] { return last_step(run.run()) >= 40; }, 120s)) << run.output();
+  int victim = run.worker_pid(2);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(victim, SIGSTOP), 0);
+  // Detected by the missing heartbeat (comm.timeout_s is 30 s), excluded, and the job goes on.
+  bool excluded = run.wait_until(
+      [&] { return find_event(read_events(run.run()), "membership_changed") != nullptr; }, 60s);
+  if (!excluded) kill(victim, SIGCONT);
+  ASSERT_TRUE(excluded) << run.output();
+  long step_at_exclusion = last_step(run.run());
+  ASSERT_EQ(kill(victim, SIGCONT), 0);
+  // Resumed, it finds itself excluded and exits on its own while the job still runs.
+  bool gone = run.wait_until(
+      [&] {
+        return find_event(read_events(run.run()), "worker_exited",
+                          [](const json& e) { return e["rank"] == 2; }) != nullptr;
+      },
+      60s);
+  EXPECT_TRUE(gone);
+  ASSERT_EQ(run.wait_exit(180s), 0) << run.output();
+
+  auto events = read_events(run.run());
+  const json* lost = find_event(events, "worker_lost");
+  ASSERT_NE(lost, nullptr);
+  EXPECT_EQ((*lost)["rank"], 2);
+  EXPECT_EQ((*lost)["pid"], victim);
+  EXPECT_NE((*lost)["cause"].get<std::string>().find("heartbeat missed"), std::string::npos)
+      << (*lost)["cause"];
+  const json* exited =
+      find_event(events, "worker_exited", [](const json& e) { return e["rank"] == 2; });
+  ASSERT_NE(exited, nullptr);
+  EXPECT_EQ((*exited)["excluded"], true) << exited->dump();
+  std::ifstream log(run.run() / "logs" / "rank-2.log");
+  std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_NE(text.find("excluded from the job"), std::string::npos) << text;
+
+  auto s = read_json(run.run() / "summary.json");
+  EXPECT_EQ(s["status"], "completed");
+  EXPECT_EQ(s["final_world_size"], 2);
+  EXPECT_GE(s["recoveries"].get<int>(), 1);
+  EXPECT_GT(s["steps"].get<long>(), step_at_exclusion);
+  expect_every_sample_once(s, 1);
+  for (const auto& r : s["per_rank"])
+    EXPECT_EQ(r["parameter_digest"], s["per_rank"][0]["parameter_digest"]);
+  fs::remove_all(dir);
+}
+
+TEST(Elastic, WithoutElasticityALostWorkerFailsTheJobNamingIt) {
+  auto dir = fresh_dir("strict");
+  Launcher run(dir, {"workers=2", "train.epochs=1"});
+  ASSERT_TRUE(run.wait_until([&] { return last_step(run.run()) >= 20; }, 120s)) << run.output();
+  int victim = run.worker_pid(1);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(run.wait_exit(60s), 1) << run.output();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+  auto s = read_json(run.run() / "summary.json");
+  EXPECT_EQ(s["status"], "failed");
+  const std::string error = s["error"];
+  EXPECT_NE(error.find("rank 1"), std::string::npos) << error;
+  EXPECT_NE(error.find("pid " + std::to_string(victim)), std::string::npos) << error;
+  EXPECT_NE(error.find("min_workers"), std::string::npos) << error;
+  fs::remove_all(dir);
+}
+
+}  // namespace

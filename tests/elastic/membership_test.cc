@@ -1,0 +1,249 @@
+// The membership protocol over a real coordinator (store server on loopback): heartbeats that stop,
+// survivors blocked in a collective released by the abort request, a new epoch with a new
+// communicator, joiners admitted, exclusion of a late member, and giving up below min_workers.
+// Workers are threads of this process with their own store connections and communicators.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include "cohort/base/clock.h"
+#include "cohort/base/error.h"
+#include "cohort/elastic/agent.h"
+#include "cohort/elastic/coordinator.h"
+#include "cohort/elastic/job_protocol.h"
+#include "cohort/store/tcp_store.h"
+
+namespace cohort::elastic {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+const std::string kToken = "membership-test-token";
+
+CoordinatorOptions options(int world, int min_workers, Millis failure_timeout = 1000ms,
+                           Millis join_timeout = 5000ms) {
+  return {.token = kToken,
+          .world_size = world,
+          .membership = {.min_workers = min_workers,
+                         .max_workers = world,
+                         .failure_timeout = failure_timeout,
+                         .join_timeout = join_timeout}};
+}
+
+// Ticks the coordinator until `done(events so far)` or the deadline; returns every event.
+std::vector<json> tick_until(Coordinator& c,
+                             const std::function<bool(const std::vector<json>&)>& done,
+                             Millis limit = 10000ms) {
+  std::vector<json> all;
+  auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    for (auto& e : c.tick()) all.push_back(e);
+    if (done(all)) return all;
+    std::this_thread::sleep_for(20ms);
+  }
+  ADD_FAILURE() << "condition not reached; events so far: " << json(all).dump();
+  return all;
+}
+
+bool has_event(const std::vector<json>& events, const std::string& name) {
+  for (const auto& e : events) {
+    if (e.value("event", "") == name) return true;
+  }
+  return false;
+}
+
+const json* find_event(const std::vector<json>& events, const std::string& name) {
+  for (const auto& e : events) {
+    if (e.value("event", "") == name) return &e;
+  }
+  return nullptr;
+}
+
+TEST(Coordinator, SilentWorkerIsLostAndSurvivorsFormTheNextEpoch) {
+  Coordinator c(options(3, 2));
+  store::TcpStore s(c.endpoint(), kToken);
+  for (int r = 0; r < 3; ++r) {
+    s.set(keys::joined(r),
+          store::to_bytes(json{{"host", "h" + std::to_string(r)}, {"pid", 100 + r}}.dump()));
+  }
+  // Ranks 0 and 2 keep beating; rank 1 falls silent.
+  std::atomic<bool> stop{false};
+  std::thread beats([&] {
+    store::TcpStore b(c.endpoint(), kToken);
+    while (!stop) {
+      b.add(keys::heartbeat(0), 1);
+      b.add(keys::heartbeat(2), 1);
+      std::this_thread::sleep_for(100ms);
+    }
+  });
+  auto t0 = Clock::now();
+  auto events =
+      tick_until(c, [](auto& ev) { return has_event(ev, "membership_change_requested"); });
+  const json* lost = find_event(events, "worker_lost");
+  ASSERT_NE(lost, nullptr);
+  EXPECT_EQ((*lost)["rank"], 1);
+  EXPECT_EQ((*lost)["host"], "h1");
+  EXPECT_EQ((*lost)["pid"], 101);
+  EXPECT_NE((*lost)["cause"].get<std::string>().find("heartbeat missed"), std::string::npos);
+  EXPECT_GE(Clock::now() - t0, 1000ms);
+  EXPECT_EQ(store::to_string(s.get(keys::request(1))), "abort");
+  EXPECT_EQ(c.take_lost(), std::vector<int>{1});
+
+  // The survivors report ready; the epoch is published without rank 1.
+  s.set(keys::ready(1, 0), store::to_bytes("{}"));
+  s.set(keys::ready(1, 2), store::to_bytes("{}"));
+  events = tick_until(c, [](auto& ev) { return has_event(ev, "membership_changed"); });
+  auto m = Membership::parse(store::to_string(s.get(keys::membership(1))));
+  EXPECT_EQ(m.members, (std::vector<int>{0, 2}));
+  EXPECT_EQ(m.rank_of(2), 1);
+  EXPECT_EQ(c.epoch(), 1);
+
+  // The first step of epoch 1 completes: a recovery is counted.
+  s.set(keys::recovered(1),
+        store::to_bytes(json{{"restored_step", 40}, {"steps_rolled_back", 3}}.dump()));
+  events = tick_until(c, [](auto& ev) { return has_event(ev, "recovered"); });
+  EXPECT_EQ(c.recovery_stats().recoveries, 1);
+  EXPECT_EQ(c.recovery_stats().steps_rolled_back, 3);
+  EXPECT_GT(c.recovery_stats().recovery_seconds_max, 0.0);
+  stop = true;
+  beats.join();
+}
+
+TEST(Coordinator, BelowMinWorkersWithoutJoinersGivesUpAtOnceNamingTheLimit) {
+  Coordinator c(options(2, 2));
+  store::TcpStore s(c.endpoint(), kToken);
+  c.expect_joiners(false);
+  c.worker_exited(1, false, "killed by signal 9 (SIGKILL)");
+  s.set(keys::ready(1, 0), store::to_bytes("{}"));
+  auto events = tick_until(c, [](auto& ev) { return has_event(ev, "job_abandoned"); });
+  const json* lost = find_event(events, "worker_lost");
+  ASSERT_NE(lost, nullptr);
+  EXPECT_EQ((*lost)["cause"], "killed by signal 9 (SIGKILL)");
+  ASSERT_TRUE(c.abandoned());
+  EXPECT_NE(c.abandoned()->find("elastic.min_workers = 2"), std::string::npos) << *c.abandoned();
+  EXPECT_EQ(store::to_string(s.get(keys::kAbandoned)), *c.abandoned());
+}
+
+TEST(Coordinator, BelowMinWorkersWaitsForAJoinerThenAdmitsIt) {
+  Coordinator c(options(2, 2, 1000ms, 10000ms));
+  store::TcpStore s(c.endpoint(), kToken);
+  c.worker_started(2, 1234);
+  c.worker_exited(1, false, "exited with code 1");
+  s.set(keys::ready(1, 0), store::to_bytes("{}"));
+  auto events = tick_until(c, [](auto& ev) { return has_event(ev, "waiting_for_workers"); });
+  EXPECT_FALSE(c.abandoned());
+  s.set(keys::waiting(2), store::to_bytes("{}"));
+  events = tick_until(c, [](auto& ev) { return has_event(ev, "membership_changed"); });
+  auto m = Membership::parse(store::to_string(s.get(keys::membership(1))));
+  EXPECT_EQ(m.members, (std::vector<int>{0, 2}));
+}
+
+TEST(Coordinator, SurvivorThatNeverLeavesTheEpochIsLostAfterTheFailureTimeout) {
+  Coordinator c(options(3, 1, 500ms));
+  store::TcpStore s(c.endpoint(), kToken);
+  c.worker_exited(2, false, "killed by signal 9 (SIGKILL)");
+  s.set(keys::ready(1, 0), store::to_bytes("{}"));  // rank 1 never answers
+  auto events = tick_until(c, [](auto& ev) { return has_event(ev, "membership_changed"); });
+  int lost = 0;
+  for (const auto& e : events) {
+    if (e.value("event", "") == "worker_lost" && e["rank"] == 1) {
+      ++lost;
+      EXPECT_NE(e["cause"].get<std::string>().find("did not leave membership epoch 0"),
+                std::string::npos);
+    }
+  }
+  EXPECT_EQ(lost, 1);
+  EXPECT_EQ(c.members(), std::vector<int>{0});
+}
+
+// Full round over real communicators: three agents allreduce; rank 2 vanishes while the others are
+// blocked in a collective; the abort request releases them long before the collective's deadline;
+// they meet in epoch 1 and allreduce as a world of two; rank 2, back late, is excluded.
+TEST(WorkerAgent, AbortRequestReleasesBlockedSurvivorsWhoMeetInTheNextEpoch) {
+  Coordinator c(options(3, 2, 1000ms));
+  std::atomic<bool> stop_ticking{false};
+  std::vector<json> events;
+  std::mutex events_mu;
+  std::thread ticker([&] {
+    while (!stop_ticking) {
+      for (auto& e : c.tick()) {
+        std::lock_guard lk(events_mu);
+        events.push_back(e);
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  auto make_agent = [&](store::Store& s, int rank) {
+    return std::make_unique<WorkerAgent>(
+        s, AgentOptions{.coordinator = c.endpoint(),
+                        .token = kToken,
+                        .rank = rank,
+                        .heartbeat = 100ms,
+                        .join_timeout = 10000ms,
+                        .comm = {.token = kToken, .timeout = 20000ms}});
+  };
+  auto survivor = [&](int rank) {
+    store::TcpStore s(c.endpoint(), kToken);
+    auto agent = make_agent(s, rank);
+    Membership m = agent->join();
+    EXPECT_EQ(m.epoch, 0);
+    comm::Communicator& comm = agent->connect(m);
+    double x = 1;
+    comm.allreduce(Buffer{DType::F64, &x, 1}, {.op = comm::ReduceOp::Sum})->wait();
+    EXPECT_EQ(x, 3);
+    // Rank 2 never joins this one: blocked until the abort request (AbortedError, or PeerLostError
+    // when the other survivor aborted first and closed its connections).
+    auto t0 = Clock::now();
+    EXPECT_THROW(comm.allreduce(Buffer{DType::F64, &x, 1}, {.op = comm::ReduceOp::Sum})->wait(),
+                 Error);
+    auto blocked = Clock::now() - t0;
+    EXPECT_LT(blocked, 10000ms) << "released by the collective deadline, not the abort request";
+    agent->disconnect("test: epoch failed");
+    m = agent->rejoin(m, {{"step", 1}});
+    EXPECT_EQ(m.epoch, 1);
+    EXPECT_EQ(m.members, (std::vector<int>{0, 1}));
+    comm::Communicator& next = agent->connect(m);
+    EXPECT_EQ(next.size(), 2);
+    x = rank + 1;
+    next.allreduce(Buffer{DType::F64, &x, 1}, {.op = comm::ReduceOp::Sum})->wait();
+    EXPECT_EQ(x, 3);
+  };
+  std::thread t0([&] { survivor(0); });
+  std::thread t1([&] { survivor(1); });
+  // Rank 2 is like a stopped process: its connections stay open, but it sends no heartbeat and
+  // takes part in no collective after the first.
+  store::TcpStore s2(c.endpoint(), kToken);
+  s2.set(keys::joined(2), store::to_bytes(json{{"host", "h2"}, {"pid", 2}}.dump()));
+  auto comm2 = comm::Communicator::create(s2, {.rank = 2,
+                                               .size = 3,
+                                               .token = kToken,
+                                               .timeout = 20000ms,
+                                               .store_prefix = keys::comm_prefix(0)});
+  double x = 1;
+  comm2->allreduce(Buffer{DType::F64, &x, 1}, {.op = comm::ReduceOp::Sum})->wait();
+  t0.join();
+  t1.join();
+  comm2.reset();
+  // Back late: the job went on without rank 2.
+  store::TcpStore s(c.endpoint(), kToken);
+  {
+    auto agent = make_agent(s, 2);
+    EXPECT_THROW(agent->rejoin(Membership{.epoch = 0, .members = {0, 1, 2}}, {{"step", 1}}),
+                 ExcludedError);
+  }
+  stop_ticking = true;
+  ticker.join();
+  std::lock_guard lk(events_mu);
+  const json* lost = find_event(events, "worker_lost");
+  ASSERT_NE(lost, nullptr) << json(events).dump();
+  EXPECT_EQ((*lost)["rank"], 2);
+  EXPECT_NE((*lost)["cause"].get<std::string>().find("heartbeat missed"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cohort::elastic
