@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -120,6 +121,7 @@ class Launcher {
     reaped_ = true;
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   }
+  pid_t pid() const { return pid_; }
   // The pid `cohort run` started for `rank` (from events.jsonl).
   int worker_pid(int rank) {
     for (const auto& e : read_events(run())) {
@@ -294,6 +296,62 @@ TEST(Elastic, WithoutElasticityALostWorkerFailsTheJobNamingIt) {
   EXPECT_NE(error.find("rank 1"), std::string::npos) << error;
   EXPECT_NE(error.find("pid " + std::to_string(victim)), std::string::npos) << error;
   EXPECT_NE(error.find("min_workers"), std::string::npos) << error;
+  fs::remove_all(dir);
+}
+
+std::vector<fs::path> checkpoint_files(const fs::path& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    auto name = e.path().filename().string();
+    if (name.starts_with("ckpt-") && name.ends_with(".cohort")) out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(Elastic, KilledLauncherResumesFromTheNewestCheckpointThatVerifies) {
+  auto dir = fresh_dir("resume");
+  Launcher run(dir,
+               {"workers=2", "train.epochs=1", "checkpoint.every_steps=20", "checkpoint.keep=5"});
+  auto ckpts = run.run() / "checkpoints";
+  ASSERT_TRUE(run.wait_until([&] { return checkpoint_files(ckpts).size() >= 3; }, 120s))
+      << run.output();
+  // The launcher (coordinator) dies; its workers die with it.
+  ASSERT_EQ(kill(run.pid(), SIGKILL), 0);
+  EXPECT_EQ(run.wait_exit(30s), 128 + SIGKILL);
+  auto files = checkpoint_files(ckpts);
+  ASSERT_GE(files.size(), 3u);
+  // The newest is damaged on disk after the fact; a writer killed mid-write left its temporary.
+  {
+    std::fstream f(files.back(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(files.back()) / 2));
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(-1, std::ios::cur);
+    c = static_cast<char>(c ^ 0x10);
+    f.write(&c, 1);
+  }
+  std::ofstream(ckpts / "ckpt-000000999999.cohort.tmp.4242") << "half a checkpoint";
+  const auto& previous = files[files.size() - 2];
+  const long previous_step = std::stol(previous.filename().string().substr(5, 12));
+
+  auto r = cohort::e2e::sh(std::string(COHORT_BINARY) + " run --resume " + run.run().string() +
+                           " --set train.max_steps=" + std::to_string(previous_step + 20));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resuming from " + previous.string()), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("skipped a checkpoint that does not verify"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find(files.back().filename().string()), std::string::npos) << r.output;
+  auto s = read_json(run.run() / "summary.json");
+  EXPECT_EQ(s["status"], "completed");
+  EXPECT_EQ(s["per_rank"][0]["resumed_from_step"], previous_step);
+  EXPECT_EQ(s["steps"], previous_step + 20);
+  auto events = read_events(run.run());
+  const json* resumed = find_event(events, "resumed_from_checkpoint");
+  ASSERT_NE(resumed, nullptr);
+  EXPECT_EQ((*resumed)["step"], previous_step);
+  EXPECT_EQ((*resumed)["skipped"].size(), 1u);
   fs::remove_all(dir);
 }
 

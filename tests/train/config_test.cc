@@ -93,6 +93,9 @@ TEST(JobConfig, ToYamlRoundTrips) {
                        "weight_decay: 0.0001}}\ncomm: {bucket_mb: 0.3, timeout_s: 2.5}"),
            std::string("data: {name: synthetic, samples: 100, shape: [2, 9, 7], classes: 3}\n"
                        "train: {optimizer: {name: adam, lr: 3.0e-4, betas: [0.5, 0.75]}}"),
+           std::string("workers: 4\nelastic: {min_workers: 2, max_workers: 6, heartbeat_s: 0.25, "
+                       "failure_timeout_s: 1.5, max_restarts: 3, snapshot_every_steps: 7, "
+                       "join_timeout_s: 30}"),
        }) {
     JobConfig c = parse_job_config(yaml, "job.yaml");
     std::string out = to_yaml(c);
@@ -163,6 +166,38 @@ TEST(JobConfigErrors, OutOfRangeValues) {
   EXPECT_EQ(error_of("name: \"my job\""),
             "job.yaml:1:7: name: expected 1 to 64 letters, digits, '-', '_' or '.', got "
             "\"my job\"");
+}
+
+TEST(JobConfig, ElasticKeys) {
+  JobConfig d = parse_job_config("workers: 3", "job.yaml");
+  EXPECT_EQ(d.elastic.min_or(d.workers), 3);  // 0: as many as workers
+  EXPECT_EQ(d.elastic.max_or(d.workers), 3);
+  EXPECT_EQ(d.elastic.max_restarts, 0);
+  JobConfig c = parse_job_config(
+      "workers: 3\nelastic: {min_workers: 2, max_restarts: 1, heartbeat_s: 0.2, "
+      "failure_timeout_s: 1}",
+      "job.yaml");
+  EXPECT_EQ(c.elastic.min_or(c.workers), 2);
+  EXPECT_EQ(c.elastic.max_restarts, 1);
+  EXPECT_EQ(c.elastic.heartbeat_s, 0.2);
+  EXPECT_EQ(c.elastic.failure_timeout_s, 1.0);
+}
+
+TEST(JobConfigErrors, ElasticLimits) {
+  EXPECT_EQ(error_of("workers: 2\nelastic:\n  min_workers: 3\n"),
+            "job.yaml:3:16: elastic.min_workers: is 3, more than workers (2)");
+  EXPECT_EQ(error_of("workers: 4\nelastic: {max_workers: 3}"),
+            "job.yaml:2:24: elastic.max_workers: is 3, fewer than workers (4)");
+  EXPECT_EQ(error_of("elastic: {heartbeat_s: 2, failure_timeout_s: 1}"),
+            "job.yaml:1:46: elastic.failure_timeout_s: must be longer than elastic.heartbeat_s "
+            "(2 s), or every worker is declared lost between two heartbeats");
+  EXPECT_EQ(error_of("elastic: {snapshot_every_steps: 0}"),
+            "job.yaml:1:33: elastic.snapshot_every_steps: expected a positive integer, got 0");
+  EXPECT_EQ(
+      error_of("elastic: {heartbeat_s: -1}"),
+      "job.yaml:1:24: elastic.heartbeat_s: expected a number of seconds in (0, 3600], got -1");
+  EXPECT_EQ(error_of("elastic: {max_restart: 1}"),
+            "job.yaml:1:11: elastic.max_restart: unknown key; did you mean 'max_restarts'?");
 }
 
 TEST(JobConfigErrors, UnknownKeysSuggestTheClosestOne) {

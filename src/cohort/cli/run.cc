@@ -300,9 +300,11 @@ int run_main(int argc, char** argv) {
     pid_t pid = spawn(r);
     events.write({{"event", "worker_started"}, {"rank", r}, {"pid", pid}});
   }
-  // Whether a worker may still join: restarts left, or a replacement not yet admitted.
+  // Whether a worker may still join: restarts left, or a replacement not yet admitted. Workers
+  // started elsewhere (--external-workers) are never replaced by this launcher.
   auto joiners_possible = [&] {
-    if (external || restarts < cfg.elastic.max_restarts) return true;
+    if (external) return false;
+    if (restarts < cfg.elastic.max_restarts) return true;
     for (auto& [r, w] : workers) {
       const auto& m = coordinator.members();
       if (r >= cfg.workers && !exited.count(r) && !coordinator.is_lost(r) &&
@@ -327,6 +329,20 @@ int run_main(int argc, char** argv) {
       status = "cancelled";
       error = std::string("stopped by signal ") + sigabbrev_np(sig);
       break;
+    }
+    for (auto& e : coordinator.poll_worker_events()) {
+      if (e.value("event", "") == "resumed_from_checkpoint") {
+        progress.end_line();
+        auto skipped = e.value("skipped", json::array());
+        std::printf("cohort: resuming from %s (step %ld)\n",
+                    e.value("path", std::string("?")).c_str(), e.value("step", 0L));
+        for (const auto& why : skipped) {
+          std::printf("cohort: skipped a checkpoint that does not verify: %s\n",
+                      why.get<std::string>().c_str());
+        }
+        std::fflush(stdout);
+      }
+      events.write(e);
     }
     // A worker's own fatal error (bad data, a bug) ends the job: restarting would repeat it.
     if (auto reported = coordinator.failure()) {

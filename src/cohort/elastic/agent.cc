@@ -58,7 +58,12 @@ void WorkerAgent::heartbeat_loop() {
       if (stop_) return;
     }
     try {
-      if (!store) store = std::make_unique<store::TcpStore>(options_.coordinator, options_.token);
+      // A short connect timeout: a worker whose coordinator is gone must still exit promptly.
+      if (!store) {
+        store =
+            std::make_unique<store::TcpStore>(options_.coordinator, options_.token,
+                                              std::max<Millis>(options_.heartbeat, Millis(2000)));
+      }
       if (Clock::now() >= next_beat) {
         store->add(keys::heartbeat(options_.rank), 1);
         next_beat = Clock::now() + options_.heartbeat;

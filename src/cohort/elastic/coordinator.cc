@@ -52,29 +52,34 @@ net::Endpoint Coordinator::endpoint() const {
   return server_->endpoint();
 }
 
-std::vector<json> Coordinator::poll_metrics() {
+std::vector<json> Coordinator::poll_records(std::string (*key)(long), long& next) {
   std::vector<json> out;
   for (;;) {
-    if (!client_->check({keys::metrics(next_metric_)})) {
+    if (!client_->check({key(next)})) {
       // A rank 0 that was lost between taking a record's number and writing it leaves a gap; the
-      // next rank 0 writes after it.
-      if (client_->check({keys::metrics(next_metric_ + 1)})) {
-        ++next_metric_;
+      // next writer writes after it.
+      if (client_->check({key(next + 1)})) {
+        ++next;
         continue;
       }
       break;
     }
-    auto key = keys::metrics(next_metric_);
-    auto text = to_string(client_->get(key));
-    client_->delete_key(key);
-    ++next_metric_;
-    try {
-      out.push_back(json::parse(text));
-    } catch (const json::exception&) {
-      // A record we cannot read is skipped; the job goes on.
-    }
+    auto k = key(next);
+    auto text = to_string(client_->get(k));
+    client_->delete_key(k);
+    ++next;
+    json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_discarded()) out.push_back(std::move(j));  // unreadable: skipped, the job goes on
   }
   return out;
+}
+
+std::vector<json> Coordinator::poll_metrics() {
+  return poll_records(&keys::metrics, next_metric_);
+}
+
+std::vector<json> Coordinator::poll_worker_events() {
+  return poll_records(&keys::event, next_event_);
 }
 
 int Coordinator::joined_count() {

@@ -68,6 +68,8 @@ class Coordinator {
 
   // New progress records since the last call, in order.
   std::vector<nlohmann::json> poll_metrics();
+  // New events the workers reported (job/events/<i>) since the last call, in order.
+  std::vector<nlohmann::json> poll_worker_events();
   // Ranks that have joined so far.
   int joined_count();
   // The final summaries (in communicator rank order) once every member of the current epoch has
@@ -107,6 +109,9 @@ class Coordinator {
     Clock::time_point last_beat{};
     bool exited = false;
   };
+  // Records key(next), key(next + 1), ... as they appear, skipping a number taken by a worker that
+  // was lost before it wrote the record.
+  std::vector<nlohmann::json> poll_records(std::string (*key)(long), long& next);
   void learn_joins();
   void check_heartbeats(std::vector<nlohmann::json>& events);
   void lose(int rank, const std::string& cause, std::vector<nlohmann::json>& events,
@@ -124,6 +129,7 @@ class Coordinator {
   std::unique_ptr<store::StoreServer> server_;
   std::unique_ptr<store::TcpStore> client_;
   long next_metric_ = 0;
+  long next_event_ = 0;
 
   std::map<int, Worker> workers_;
   int known_ranks_ = 0;  // ranks [0, known_ranks_) may exist

@@ -8,6 +8,8 @@
 //   job/joined/<rank>     set by each worker once it has joined (its host and pid, JSON)
 //   job/metrics/<i>       i-th progress record (JSON) from rank 0, i = 0, 1, 2, ...
 //   job/metrics_next      counter: the next free i (rank 0 of any membership epoch takes it)
+//   job/events/<i>        i-th event (JSON) a worker reports for events.jsonl (e.g. a resume)
+//   job/events_next       counter: the next free i
 //   job/summary/<rank>    each worker's final report (JSON)
 //   job/failed/<rank>     a worker's fatal error (text)
 //   comm/e<epoch>/...     the communicator of membership epoch <epoch>
@@ -51,6 +53,11 @@ inline std::string comm_prefix(int epoch) {
   return "comm/e" + std::to_string(epoch);
 }
 inline const std::string kMetricsNext = "job/metrics_next";
+inline const std::string kEventsNext = "job/events_next";
+// i-th event a worker reports for events.jsonl.
+inline std::string event(long i) {
+  return "job/events/" + std::to_string(i);
+}
 inline const std::string kEpoch = "job/epoch";
 inline const std::string kAbandoned = "job/abandoned";
 // Liveness counter of worker <rank>.

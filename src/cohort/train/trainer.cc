@@ -154,6 +154,12 @@ json train(TrainerContext& ctx) {
   elastic::Membership membership = ctx.agent.join();
   bool fresh_start = membership.epoch == 0;
   bool have_state = false;
+  if (fresh_start && ctx.resume_from.empty()) {
+    // Every worker of the start built the same model from the seed: a failure before the first
+    // commit restores this.
+    take_snapshot(static_cast<int>(membership.members.size()));
+    have_state = true;
+  }
   int64_t resumed_from = 0;
   int restores = 0;
 
@@ -190,10 +196,22 @@ json train(TrainerContext& ctx) {
           std::string bytes, name;
           if (rank == 0) {
             CheckpointDir dir(ctx.resume_from, cfg.checkpoint.keep);
-            auto newest = dir.newest_valid();  // logs each corrupt checkpoint it skips
-            if (!newest) throw Error("no valid checkpoint to resume from in " + ctx.resume_from);
+            std::vector<std::string> skipped;
+            auto newest = dir.newest_valid(&skipped);  // logs each corrupt checkpoint it skips
+            if (!newest) {
+              throw Error("no valid checkpoint to resume from in " + ctx.resume_from +
+                          (skipped.empty() ? ""
+                                           : " (" + std::to_string(skipped.size()) +
+                                                 " corrupt: " + skipped.front() + ")"));
+            }
             name = newest->path.string();
             bytes = read_file(newest->path);
+            if (ctx.report_event) {
+              ctx.report_event({{"event", "resumed_from_checkpoint"},
+                                {"path", name},
+                                {"step", newest->step},
+                                {"skipped", skipped}});
+            }
           }
           name = ddp.broadcast_bytes(name);
           bytes = ddp.broadcast_bytes(bytes);

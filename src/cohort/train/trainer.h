@@ -42,6 +42,9 @@ struct TrainerContext {
   std::string resume_from;  // a checkpoint directory to resume from (newest valid); empty: fresh
   // Rank 0's progress records (see train() for the fields). May be empty.
   std::function<void(const nlohmann::json&)> report_progress;
+  // Events for the run's events.jsonl (an object with "event"), e.g. the checkpoint resumed from.
+  // May be empty.
+  std::function<void(const nlohmann::json&)> report_event;
 };
 
 // Trains and evaluates; returns this rank's summary:

@@ -76,6 +76,13 @@ int run_worker(const WorkerOptions& options) {
               long next = static_cast<long>(store->add(elastic::keys::kMetricsNext, 1) - 1);
               store->set(elastic::keys::metrics(next), to_bytes(record.dump()));
             },
+        .report_event =
+            [&](const json& event) {
+              long next = static_cast<long>(store->add(elastic::keys::kEventsNext, 1) - 1);
+              json e = event;
+              e["rank"] = rank;
+              store->set(elastic::keys::event(next), to_bytes(e.dump()));
+            },
     };
     json summary = train(ctx);
     summary["host"] = host_name();
