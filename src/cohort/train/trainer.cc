@@ -127,7 +127,9 @@ json train(TrainerContext& ctx) {
 
   TrainState state;
   std::deque<Snapshot> snapshots;  // the newest last; at most two
+  double snapshot_s = 0;           // time spent taking in-memory snapshots
   auto take_snapshot = [&](int world) {
+    auto t = Clock::now();
     Snapshot snap{state, encode_checkpoint({.step = state.step,
                                             .epoch = state.epoch,
                                             .consumed = state.consumed,
@@ -142,6 +144,7 @@ json train(TrainerContext& ctx) {
       snapshots.push_back(std::move(snap));
       if (snapshots.size() > 2) snapshots.pop_front();
     }
+    snapshot_s += seconds_since(t);
   };
 
   std::unique_ptr<CheckpointDir> checkpoints;
@@ -437,6 +440,7 @@ json train(TrainerContext& ctx) {
           {"compute_seconds", compute_s},
           {"comm_seconds", comm_s},
           {"data_seconds", data_s},
+          {"snapshot_seconds", snapshot_s},
           {"comm_bytes", comm_bytes},
           {"test_accuracy", ev.accuracy},
           {"test_loss", ev.loss},

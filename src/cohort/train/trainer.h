@@ -50,7 +50,8 @@ struct TrainerContext {
 // Trains and evaluates; returns this rank's summary:
 //   rank, steps, epochs, samples, train_seconds, compute_seconds, comm_seconds, data_seconds,
 //   comm_bytes, test_accuracy, test_loss, final_loss, parameter_digest, resumed_from_step,
-//   job_rank, membership_epoch, restores, epoch_samples ([{epoch, samples, id_sum, id_sq_sum}])
+//   job_rank, membership_epoch, restores, snapshot_seconds, epoch_samples ([{epoch, samples,
+//   id_sum, id_sq_sum}])
 // Progress records: step, total_steps, epoch, epochs, loss, lr, samples_per_sec, steps_per_sec,
 //   time.
 nlohmann::json train(TrainerContext& ctx);
