@@ -12,6 +12,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   # training: libtorch with a fast BLAS, and the reference data set
   libtorch-dev libopenblas0-pthread dataset-fashion-mnist
+  # gradient compression: PowerSGD's matrix products (cblas)
+  libopenblas-dev
   # peers measured against in BENCHMARKS.md
   libgloo-dev libopenmpi-dev openmpi-bin python3-torch
   # network namespaces and traffic control for the emulated-cluster tests

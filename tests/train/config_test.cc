@@ -96,6 +96,10 @@ TEST(JobConfig, ToYamlRoundTrips) {
            std::string("workers: 4\nelastic: {min_workers: 2, max_workers: 6, heartbeat_s: 0.25, "
                        "failure_timeout_s: 1.5, max_restarts: 3, snapshot_every_steps: 7, "
                        "join_timeout_s: 30}"),
+           std::string("comm: {compression: int8, int8: {chunk: 64, stochastic_rounding: false}}"),
+           std::string("comm: {compression: topk, topk: {ratio: 0.05}, error_feedback: false}"),
+           std::string("comm: {compression: powersgd, compression_min_kb: 0, "
+                       "powersgd: {rank: 2, warmup_steps: 0}}"),
        }) {
     JobConfig c = parse_job_config(yaml, "job.yaml");
     std::string out = to_yaml(c);
@@ -208,7 +212,8 @@ TEST(JobConfigErrors, UnknownKeysSuggestTheClosestOne) {
   EXPECT_EQ(error_of("train: {lr: 0.1}"),
             "job.yaml:1:9: train.lr: unknown key; did you mean 'train.optimizer.lr'?");
   EXPECT_EQ(error_of("comm: {zzz: 1}"),
-            "job.yaml:1:8: comm.zzz: unknown key; valid keys: algorithm, bucket_mb, timeout_s");
+            "job.yaml:1:8: comm.zzz: unknown key; valid keys: algorithm, bucket_mb, timeout_s, "
+            "compression, compression_min_kb, error_feedback, int8, topk, powersgd");
   EXPECT_EQ(error_of("model: {name: lenet}"),
             "job.yaml:1:15: model.name: expected one of mlp, cnn, resnet, got \"lenet\"");
   EXPECT_EQ(error_of("model: {name: resnt}"),
@@ -229,6 +234,33 @@ TEST(JobConfigErrors, KeysThatDoNotApply) {
             "to synthetic)");
   EXPECT_EQ(error_of("data: {name: synthetic, path: /tmp}"),
             "job.yaml:1:31: data.path: does not apply when data.name is synthetic");
+}
+
+TEST(JobConfig, CompressionKeys) {
+  JobConfig c = parse_job_config(
+      "comm: {compression: powersgd, compression_min_kb: 16, powersgd: {rank: 8, warmup_steps: 3}}",
+      "job.yaml");
+  EXPECT_EQ(c.comm.compression, "powersgd");
+  EXPECT_DOUBLE_EQ(c.comm.compression_min_kb, 16);
+  EXPECT_EQ(c.comm.powersgd_rank, 8);
+  EXPECT_EQ(c.comm.powersgd_warmup_steps, 3);
+  EXPECT_TRUE(c.comm.error_feedback);
+  EXPECT_EQ(parse_job_config("", "job.yaml").comm.compression, "none");
+}
+
+TEST(JobConfigErrors, CompressionKeys) {
+  EXPECT_EQ(error_of("comm: {compression: gzip}"),
+            "job.yaml:1:21: comm.compression: expected one of none, fp16, bf16, int8, topk, "
+            "powersgd, got \"gzip\"");
+  EXPECT_EQ(error_of("comm: {compression: fp16, topk: {ratio: 0.1}}"),
+            "job.yaml:1:33: comm.topk: does not apply when comm.compression is fp16");
+  EXPECT_EQ(error_of("comm: {compression: topk, topk: {ratio: 0}}"),
+            "job.yaml:1:41: comm.topk.ratio: expected a number in (0, 1], got 0");
+  EXPECT_EQ(error_of("comm:\n  compression: powersgd\n  powersgd: {rank: 0}\n"),
+            "job.yaml:3:20: comm.powersgd.rank: expected an integer in [1, 1024], got 0");
+  EXPECT_EQ(error_of("", {"comm.compression=int8", "comm.int8.chunk=-1"}),
+            "--set comm.int8.chunk=-1: comm.int8.chunk: expected an integer in [1, 1048576], got "
+            "-1");
 }
 
 TEST(JobConfigErrors, MissingDataPath) {

@@ -119,10 +119,12 @@ json aggregate_summary(const std::vector<json>& per_rank, const train::JobConfig
   s["final_loss"] = r0.value("final_loss", 0.0);
   s["epoch_samples"] = r0.value("epoch_samples", json::array());
   double train_seconds = 0, comm = 0, compute = 0;
-  uint64_t samples = 0, bytes = 0;
+  uint64_t samples = 0, bytes = 0, grad_sent = 0, grad_uncompressed = 0;
   for (const auto& r : per_rank) {
     samples += r.value("samples", 0UL);
     bytes += r.value("comm_bytes", 0UL);
+    grad_sent += r.value("grad_bytes_sent", 0UL);
+    grad_uncompressed += r.value("grad_bytes_uncompressed", 0UL);
     train_seconds = std::max(train_seconds, r.value("train_seconds", 0.0));
     comm += r.value("comm_seconds", 0.0);
     compute += r.value("compute_seconds", 0.0);
@@ -135,6 +137,14 @@ json aggregate_summary(const std::vector<json>& per_rank, const train::JobConfig
   s["comm_seconds"] = comm / n;        // mean over ranks of the time blocked on gradient exchange
   s["compute_seconds"] = compute / n;  // mean over ranks
   s["comm_bytes"] = bytes;             // sent by all ranks together
+  s["compression"] = r0.value("compression", std::string("none"));
+  // Gradient bytes an uncompressed f32 ring allreduce would have sent over those actually sent
+  // (headers included), all ranks together; 1 when nothing was sent (one worker).
+  s["compression_ratio"] = grad_sent ? static_cast<double>(grad_uncompressed) / grad_sent : 1.0;
+  s["grad_bytes_sent"] = grad_sent;
+  const auto steps = std::max<int64_t>(1, r0.value("steps", int64_t{0}));
+  s["grad_bytes_per_step"] = static_cast<double>(grad_sent) / static_cast<double>(steps) /
+                             static_cast<double>(per_rank.size());  // per worker
   s["per_rank"] = per_rank;
   return s;
 }
@@ -156,6 +166,10 @@ void print_report(const json& s, const std::string& run_dir) {
         "  recoveries        %d (slowest %.1f s, %ld steps rolled back), %d workers at the end\n",
         s.value("recoveries", 0), s.value("recovery_seconds_max", 0.0),
         s.value("steps_rolled_back", 0L), s.value("final_world_size", 0));
+  }
+  if (s.value("compression", std::string("none")) != "none") {
+    std::printf("  compression       %s, %.1fx fewer gradient bytes than f32\n",
+                s.value("compression", std::string()).c_str(), s.value("compression_ratio", 1.0));
   }
   std::printf("  run directory     %s\n", run_dir.c_str());
 }

@@ -9,6 +9,7 @@
 
 #include "cohort/base/clock.h"
 #include "cohort/base/dtype.h"
+#include "cohort/comm/encoding.h"
 #include "cohort/comm/exchange.h"
 #include "cohort/comm/mesh.h"
 #include "cohort/comm/types.h"
@@ -79,6 +80,8 @@ void allreduce_halving_doubling(OpContext& ctx, Buffer buf, ReduceOp op);
 void allreduce_recursive_doubling(OpContext& ctx, Buffer buf, ReduceOp op);
 void reduce_scatter_ring(OpContext& ctx, Buffer in, Buffer out, ReduceOp op);
 void allgather_ring(OpContext& ctx, Buffer in, Buffer out);
+void allreduce_encoded(OpContext& ctx, Buffer buf, Encoding& encoding, ReduceOp op, Buffer residual);
+void allgatherv_ring(OpContext& ctx, Buffer in, GatheredBlocks* out);
 void broadcast(OpContext& ctx, Buffer buf, int root);
 void barrier(OpContext& ctx);
 void send_message(OpContext& ctx, Buffer buf, int dst);

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "cohort/base/dtype.h"
+#include "cohort/comm/encoding.h"
 #include "cohort/comm/types.h"
 #include "cohort/comm/work.h"
 #include "cohort/store/store.h"
@@ -72,6 +73,15 @@ class Communicator {
   // out.count == in.count * size(); block r of out is rank r's in.
   virtual std::shared_ptr<Work> allgather(Buffer in, Buffer out,
                                           const CollectiveOptions& opts = {}) = 0;
+  // Allreduce (Sum or Avg) of f32 data that travels in `encoding`'s compact format and is summed
+  // in f32 (allreduce_encoded.cc): every rank's contribution and the result are each encoded once,
+  // and every rank gets the same bits. `encoding` must outlive the operation.
+  virtual std::shared_ptr<Work> allreduce_encoded(Buffer buf, Encoding& encoding,
+                                                  const EncodedAllreduceOptions& opts = {}) = 0;
+  // Allgather of blocks whose sizes differ from rank to rank (all of in's dtype): on completion
+  // *out holds every rank's block. `out` must outlive the operation.
+  virtual std::shared_ptr<Work> allgatherv(Buffer in, GatheredBlocks* out,
+                                           const CollectiveOptions& opts = {}) = 0;
   virtual std::shared_ptr<Work> broadcast(Buffer buf, const BroadcastOptions& opts = {}) = 0;
   virtual std::shared_ptr<Work> barrier(const CollectiveOptions& opts = {}) = 0;
   virtual std::shared_ptr<Work> send(Buffer buf, int dst, const PointToPointOptions& opts = {}) = 0;

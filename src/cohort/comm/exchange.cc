@@ -194,6 +194,11 @@ class Engine {
       throw ProtocolError(rank_str(peer) + " sent " + describe(kind, h.seq, h.tag) +
                           " but this rank is in " + here);
     }
+    if (kind != OpKind::PointToPoint && h.tag != id_.tag) {
+      throw ProtocolError(rank_str(peer) + " sent " + here + " in wire format " +
+                          std::to_string(h.tag) + " but this rank uses format " +
+                          std::to_string(id_.tag) + " (do all ranks use the same compression?)");
+    }
     if (h.dtype != static_cast<uint8_t>(id_.dtype)) {
       throw ProtocolError(rank_str(peer) + " sent " +
                           std::string(dtype_name(static_cast<DType>(h.dtype))) + " data in " +

@@ -51,7 +51,7 @@ struct OpId {
   OpKind kind = OpKind::Allreduce;
   uint64_t seq = 0;
   DType dtype = DType::F32;
-  uint32_t tag = 0;  // send/recv only
+  uint32_t tag = 0;  // send/recv: the message tag; collectives: the wire format (0 for most)
   // Collectives skip empty segments (both sides know they are empty); a send/recv message is
   // always transmitted, even when empty.
   bool skip_empty = true;

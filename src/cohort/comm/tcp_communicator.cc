@@ -195,6 +195,43 @@ std::shared_ptr<Work> TcpCommunicator::allgather(Buffer in, Buffer out,
                  [in, out](OpContext& ctx) { allgather_ring(ctx, in, out); });
 }
 
+std::shared_ptr<Work> TcpCommunicator::allreduce_encoded(Buffer buf, Encoding& encoding,
+                                                         const EncodedAllreduceOptions& opts) {
+  check_buffer("allreduce_encoded", buf);
+  check_buffer("allreduce_encoded", opts.residual);
+  if (buf.dtype != DType::F32) {
+    throw ConfigError("allreduce_encoded: the buffer must be f32, got " +
+                      std::string(dtype_name(buf.dtype)));
+  }
+  if (opts.op != ReduceOp::Sum && opts.op != ReduceOp::Avg) {
+    throw ConfigError("allreduce_encoded: only sum and avg, got " +
+                      std::string(reduce_op_name(opts.op)));
+  }
+  const Buffer residual = opts.residual;
+  if (residual.data != nullptr && (residual.dtype != DType::F32 || residual.count != buf.count)) {
+    throw ConfigError("allreduce_encoded: the residual must be f32 of the buffer's " +
+                      std::to_string(buf.count) + " elements, got " +
+                      std::to_string(residual.count) + " " +
+                      std::string(dtype_name(residual.dtype)));
+  }
+  if (encoding.wire_tag() == 0) throw ConfigError("allreduce_encoded: wire_tag() must be nonzero");
+  const ReduceOp op = opts.op;
+  Encoding* enc = &encoding;
+  return enqueue(OpKind::AllreduceEncoded, buf.dtype, opts.timeout,
+                 [buf, enc, op, residual](OpContext& ctx) {
+                   comm::allreduce_encoded(ctx, buf, *enc, op, residual);
+                 },
+                 encoding.wire_tag());
+}
+
+std::shared_ptr<Work> TcpCommunicator::allgatherv(Buffer in, GatheredBlocks* out,
+                                                  const CollectiveOptions& opts) {
+  check_buffer("allgatherv", in);
+  if (out == nullptr) throw ConfigError("allgatherv: out is null");
+  return enqueue(OpKind::Allgatherv, in.dtype, opts.timeout,
+                 [in, out](OpContext& ctx) { allgatherv_ring(ctx, in, out); });
+}
+
 std::shared_ptr<Work> TcpCommunicator::broadcast(Buffer buf, const BroadcastOptions& opts) {
   check_buffer("broadcast", buf);
   if (opts.root < 0 || opts.root >= size()) {

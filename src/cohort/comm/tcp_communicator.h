@@ -29,6 +29,10 @@ class TcpCommunicator final : public Communicator {
   std::shared_ptr<Work> reduce_scatter(Buffer in, Buffer out,
                                        const ReduceScatterOptions& opts) override;
   std::shared_ptr<Work> allgather(Buffer in, Buffer out, const CollectiveOptions& opts) override;
+  std::shared_ptr<Work> allreduce_encoded(Buffer buf, Encoding& encoding,
+                                          const EncodedAllreduceOptions& opts) override;
+  std::shared_ptr<Work> allgatherv(Buffer in, GatheredBlocks* out,
+                                   const CollectiveOptions& opts) override;
   std::shared_ptr<Work> broadcast(Buffer buf, const BroadcastOptions& opts) override;
   std::shared_ptr<Work> barrier(const CollectiveOptions& opts) override;
   std::shared_ptr<Work> send(Buffer buf, int dst, const PointToPointOptions& opts) override;

@@ -30,6 +30,13 @@ struct ReduceScatterOptions {
   ReduceOp op = ReduceOp::Sum;
   std::chrono::milliseconds timeout{0};
 };
+// allreduce_encoded: Sum or Avg. If `residual` is given (f32, the buffer's element count), it
+// receives what this rank's encodings dropped (see allreduce_encoded.cc), for error feedback.
+struct EncodedAllreduceOptions {
+  ReduceOp op = ReduceOp::Avg;
+  Buffer residual = {};
+  std::chrono::milliseconds timeout{0};
+};
 struct BroadcastOptions {
   int root = 0;
   std::chrono::milliseconds timeout{0};

@@ -10,6 +10,8 @@ std::string_view op_kind_name(OpKind k) {
     case OpKind::Broadcast: return "broadcast";
     case OpKind::Barrier: return "barrier";
     case OpKind::PointToPoint: return "send/recv";
+    case OpKind::AllreduceEncoded: return "allreduce_encoded";
+    case OpKind::Allgatherv: return "allgatherv";
   }
   return "unknown operation";
 }

@@ -19,6 +19,8 @@ enum class OpKind : uint8_t {
   Broadcast = 4,
   Barrier = 5,
   PointToPoint = 6,  // send/recv: matched by tag and source, not by sequence number
+  AllreduceEncoded = 7,  // tag: the Encoding's wire_tag()
+  Allgatherv = 8,
 };
 
 std::string_view op_kind_name(OpKind k);
@@ -30,7 +32,7 @@ struct WireHeader {
   uint8_t kind = 0;   // OpKind
   uint8_t dtype = 0;  // DType
   uint16_t reserved = 0;
-  uint32_t tag = 0;  // send/recv tag; 0 for collectives
+  uint32_t tag = 0;  // send/recv tag; a collective's format tag (0 for most)
   uint32_t reserved2 = 0;
   uint64_t seq = 0;    // collective sequence number (1, 2, 3, ...); 0 for send/recv
   uint64_t bytes = 0;  // payload bytes that follow

@@ -46,14 +46,12 @@ DistributedDataParallel::~DistributedDataParallel() {
   for (auto& s : params_) {
     if (s.param.defined()) s.param.remove_hook(s.hook);
   }
-  // Drain in-flight allreduces: their buffers are ours.
+  // Drain in-flight exchanges: their buffers are ours.
   for (auto& b : buckets_) {
-    if (b.work) {
-      try {
-        b.work->wait();
-      } catch (const std::exception&) {
-        // The error was or will be reported by the communicator's users.
-      }
+    try {
+      wait(b);
+    } catch (const std::exception&) {
+      // The error was or will be reported by the communicator's users.
     }
   }
 }
@@ -76,6 +74,19 @@ void DistributedDataParallel::build_buckets() {
     }
     current.flat = torch::zeros({total}, params_[current.params[0]].param.options()
                                              .requires_grad(false));
+    if (current.flat.scalar_type() == torch::kFloat32) {
+      // Each tensor as rows x cols (its first dimension by the rest): PowerSGD compresses each
+      // matrix on its own and passes vectors through.
+      std::vector<compress::TensorShape> shapes;
+      for (size_t k = 0; k < current.params.size(); ++k) {
+        const auto& p = params_[current.params[k]].param;
+        const size_t numel = static_cast<size_t>(p.numel());
+        const size_t rows = p.dim() >= 2 ? static_cast<size_t>(p.size(0)) : 1;
+        shapes.push_back({static_cast<size_t>(current.offsets[k]), rows, rows ? numel / rows : 0});
+      }
+      current.codec = compress::make_codec(options_.compression, static_cast<size_t>(total),
+                                           std::move(shapes), comm_.rank(), buckets_.size());
+    }
     for (size_t k = 0; k < current.params.size(); ++k) {
       params_[current.params[k]].bucket = buckets_.size();
       params_[current.params[k]].index_in_bucket = k;
@@ -113,8 +124,10 @@ void DistributedDataParallel::start_backward() {
   for (auto& b : buckets_) {
     b.pending = b.params.size();
     b.work.reset();
+    b.launched = false;
   }
   for (auto& s : params_) s.ready = false;
+  comm_before_ = comm_.stats();
   next_to_launch_ = 0;
   in_backward_ = true;
 }
@@ -141,9 +154,28 @@ void DistributedDataParallel::launch_ready_buckets() {
 }
 
 void DistributedDataParallel::launch(Bucket& b) {
+  b.launched = true;
+  const int n = comm_.size();
+  stats_.uncompressed_bytes += static_cast<uint64_t>(b.flat.numel()) * b.flat.element_size() *
+                               2 * static_cast<uint64_t>(n - 1) / static_cast<uint64_t>(n);
+  if (b.codec) {
+    b.codec->start(b.flat.data_ptr<float>(), comm_,
+                   {.algorithm = options_.algorithm, .timeout = options_.timeout});
+    return;
+  }
   b.work = comm_.allreduce(as_buffer(b.flat), {.op = comm::ReduceOp::Avg,
                                                .algorithm = options_.algorithm,
                                                .timeout = options_.timeout});
+}
+
+void DistributedDataParallel::wait(Bucket& b) {
+  if (!b.launched) return;
+  b.launched = false;
+  if (b.codec) {
+    b.codec->finish();
+  } else if (auto w = std::move(b.work)) {
+    w->wait();
+  }
 }
 
 void DistributedDataParallel::finish_backward() {
@@ -165,8 +197,11 @@ void DistributedDataParallel::finish_backward() {
   launch_ready_buckets();
 
   auto t0 = Clock::now();
-  for (auto& b : buckets_) b.work->wait();
+  for (auto& b : buckets_) wait(b);
   stats_.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  const comm::CommStats now = comm_.stats();
+  stats_.bytes_sent += now.bytes_sent - comm_before_.bytes_sent;
+  stats_.bytes_received += now.bytes_received - comm_before_.bytes_received;
 
   torch::NoGradGuard no_grad;
   for (auto& b : buckets_) {
@@ -179,7 +214,6 @@ void DistributedDataParallel::finish_backward() {
         p.mutable_grad() = avg.clone();
       }
     }
-    b.work.reset();
   }
   stats_.buckets_reduced += buckets_.size();
   stats_.steps += 1;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cohort/comm/communicator.h"
+#include "cohort/compress/codec.h"
 
 namespace cohort::ddp {
 
@@ -34,6 +35,9 @@ struct DdpOptions {
   std::chrono::milliseconds timeout{0};  // 0: the communicator's default
   // Broadcast parameters and buffers from rank 0 at construction.
   bool broadcast_on_construct = true;
+  // Gradient compression of f32 buckets (compress/codec.h); buckets under compression.min_bytes
+  // and buckets of other types are averaged uncompressed.
+  compress::CompressionOptions compression = {};
 };
 
 // Time and bytes spent on gradient synchronisation, cumulative.
@@ -41,6 +45,16 @@ struct DdpStats {
   double wait_seconds = 0;  // time finish_backward() blocked waiting for allreduces
   uint64_t buckets_reduced = 0;
   uint64_t steps = 0;
+  // Bytes this rank's gradient exchanges put on and took off the wire (headers included), and
+  // what a bandwidth-optimal f32 allreduce of the same buckets would have sent: 2(n-1)/n of each
+  // bucket. compression_ratio() = uncompressed_bytes / bytes_sent.
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t uncompressed_bytes = 0;
+  double compression_ratio() const {
+    return bytes_sent ? static_cast<double>(uncompressed_bytes) / static_cast<double>(bytes_sent)
+                      : 1.0;
+  }
 };
 
 class DistributedDataParallel {
@@ -79,7 +93,9 @@ class DistributedDataParallel {
     std::vector<size_t> params;         // indices into params_
     std::vector<int64_t> offsets;       // element offset of each param in flat
     size_t pending = 0;                 // gradients still to arrive this step
-    std::shared_ptr<comm::Work> work;   // the in-flight allreduce
+    std::shared_ptr<comm::Work> work;   // the in-flight allreduce (uncompressed buckets)
+    std::unique_ptr<compress::Codec> codec;  // f32 buckets: averages them, compressed or not
+    bool launched = false;
   };
   struct ParamSlot {
     torch::Tensor param;
@@ -93,6 +109,7 @@ class DistributedDataParallel {
   void on_gradient(size_t param_index, const torch::Tensor& grad);
   void launch_ready_buckets();
   void launch(Bucket& b);
+  void wait(Bucket& b);
 
   std::shared_ptr<torch::nn::Module> module_;
   comm::Communicator& comm_;
@@ -101,6 +118,7 @@ class DistributedDataParallel {
   std::vector<Bucket> buckets_;
   size_t next_to_launch_ = 0;
   bool in_backward_ = false;
+  comm::CommStats comm_before_;  // the communicator's counters at start_backward()
   DdpStats stats_;
 };
 

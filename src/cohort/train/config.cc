@@ -31,7 +31,12 @@ const Schema& schema() {
         "lr_schedule"}},
       {"train.optimizer", {"name", "lr", "momentum", "weight_decay", "betas", "eps"}},
       {"train.lr_schedule", {"warmup_steps", "scaling"}},
-      {"comm", {"algorithm", "bucket_mb", "timeout_s"}},
+      {"comm",
+       {"algorithm", "bucket_mb", "timeout_s", "compression", "compression_min_kb",
+        "error_feedback", "int8", "topk", "powersgd"}},
+      {"comm.int8", {"chunk", "stochastic_rounding"}},
+      {"comm.topk", {"ratio"}},
+      {"comm.powersgd", {"rank", "warmup_steps"}},
       {"checkpoint", {"every_steps", "keep"}},
       {"elastic",
        {"min_workers", "max_workers", "heartbeat_s", "failure_timeout_s", "max_restarts",
@@ -60,6 +65,7 @@ constexpr auto kDatasets = {DatasetKind::FashionMnist, DatasetKind::Mnist, Datas
 constexpr auto kOptimizers = {OptimizerKind::Sgd, OptimizerKind::Adam};
 constexpr auto kScalings = {LrScaling::None, LrScaling::Linear};
 const std::vector<std::string> kAlgorithms = {"auto", "ring", "halving_doubling"};
+const std::vector<std::string> kCompressions = {"none", "fp16", "bf16", "int8", "topk", "powersgd"};
 
 bool is_dir(const std::string& path) {
   struct stat st {};
@@ -230,6 +236,38 @@ void read_elastic(const YamlReader& r, const YAML::Node& root, JobConfig& c) {
   }
 }
 
+// comm.compression and the options of the chosen codec; another codec's section is an error.
+void read_compression(const YamlReader& r, const YAML::Node& comm, CommConfig& c) {
+  if (auto s = r.get_choice(comm, "comm.compression", kCompressions)) c.compression = *s;
+  if (auto v = r.get_number(comm, "comm.compression_min_kb", 0, false, 1 << 20, false,
+                            "a number of KiB in [0, 1048576]")) {
+    c.compression_min_kb = *v;
+  }
+  if (auto v = r.get_bool(comm, "comm.error_feedback")) c.error_feedback = *v;
+  for (const char* codec : {"int8", "topk", "powersgd"}) {
+    if (c.compression != codec) {
+      reject_if_present(r, comm, std::string("comm.") + codec,
+                        "when comm.compression is " + c.compression);
+    }
+  }
+  YAML::Node int8 = r.section(comm, "comm.int8");
+  if (auto v = r.get_int(int8, "comm.int8.chunk", 1, 1 << 20, "an integer in [1, 1048576]")) {
+    c.int8_chunk = *v;
+  }
+  if (auto v = r.get_bool(int8, "comm.int8.stochastic_rounding")) c.int8_stochastic_rounding = *v;
+  YAML::Node topk = r.section(comm, "comm.topk");
+  if (auto v = r.get_number(topk, "comm.topk.ratio", 0, true, 1, false, "a number in (0, 1]")) {
+    c.topk_ratio = *v;
+  }
+  YAML::Node psgd = r.section(comm, "comm.powersgd");
+  if (auto v = r.get_int(psgd, "comm.powersgd.rank", 1, 1024, "an integer in [1, 1024]")) {
+    c.powersgd_rank = *v;
+  }
+  if (auto v = r.get_int(psgd, "comm.powersgd.warmup_steps", 0, kMaxInt, "a non-negative integer")) {
+    c.powersgd_warmup_steps = *v;
+  }
+}
+
 JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
   JobConfig c;
   const YAML::Node& doc = r.root();
@@ -276,6 +314,7 @@ JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
                             "a number of seconds in (0, 86400]")) {
     c.comm.timeout_s = *v;
   }
+  read_compression(r, comm, c.comm);
   YAML::Node ckpt = r.section(root, "checkpoint");
   if (auto v = r.get_int(ckpt, "checkpoint.every_steps", 0, kMaxInt, "a non-negative integer")) {
     c.checkpoint.every_steps = *v;
@@ -397,6 +436,25 @@ std::string to_yaml(const JobConfig& c) {
   out << YAML::Key << "algorithm" << YAML::Value << c.comm.algorithm;
   num("bucket_mb", c.comm.bucket_mb);
   num("timeout_s", c.comm.timeout_s);
+  out << YAML::Key << "compression" << YAML::Value << c.comm.compression;
+  num("compression_min_kb", c.comm.compression_min_kb);
+  out << YAML::Key << "error_feedback" << YAML::Value << (c.comm.error_feedback ? "true" : "false");
+  if (c.comm.compression == "int8") {
+    out << YAML::Key << "int8" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "chunk" << YAML::Value << c.comm.int8_chunk;
+    out << YAML::Key << "stochastic_rounding" << YAML::Value
+        << (c.comm.int8_stochastic_rounding ? "true" : "false");
+    out << YAML::EndMap;
+  } else if (c.comm.compression == "topk") {
+    out << YAML::Key << "topk" << YAML::Value << YAML::BeginMap;
+    num("ratio", c.comm.topk_ratio);
+    out << YAML::EndMap;
+  } else if (c.comm.compression == "powersgd") {
+    out << YAML::Key << "powersgd" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "rank" << YAML::Value << c.comm.powersgd_rank;
+    out << YAML::Key << "warmup_steps" << YAML::Value << c.comm.powersgd_warmup_steps;
+    out << YAML::EndMap;
+  }
   out << YAML::EndMap;
   out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "every_steps" << YAML::Value << c.checkpoint.every_steps;

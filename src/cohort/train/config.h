@@ -73,6 +73,16 @@ struct CommConfig {
   std::string algorithm = "auto";  // auto | ring | halving_doubling (comm::parse_algorithm)
   double bucket_mb = 25.0;
   double timeout_s = 30.0;
+  // Gradient compression (compress/codec.h): none | fp16 | bf16 | int8 | topk | powersgd, and
+  // the options of each codec (comm.int8.*, comm.topk.*, comm.powersgd.*).
+  std::string compression = "none";
+  double compression_min_kb = 64.0;  // buckets smaller than this go uncompressed
+  bool error_feedback = true;
+  int64_t int8_chunk = 256;
+  bool int8_stochastic_rounding = true;
+  double topk_ratio = 0.01;
+  int64_t powersgd_rank = 4;
+  int64_t powersgd_warmup_steps = 10;
   bool operator==(const CommConfig&) const = default;
 };
 

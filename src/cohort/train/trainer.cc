@@ -108,6 +108,19 @@ Evaluation evaluate(Model& model, const Dataset& test, comm::Communicator& comm)
 
 }  // namespace
 
+static compress::CompressionOptions compression_options(const JobConfig& cfg) {
+  const CommConfig& c = cfg.comm;
+  return {.method = compress::parse_method(c.compression),
+          .error_feedback = c.error_feedback,
+          .int8_chunk = static_cast<size_t>(c.int8_chunk),
+          .int8_stochastic_rounding = c.int8_stochastic_rounding,
+          .topk_ratio = c.topk_ratio,
+          .powersgd_rank = static_cast<int>(c.powersgd_rank),
+          .powersgd_warmup_steps = c.powersgd_warmup_steps,
+          .min_bytes = static_cast<size_t>(c.compression_min_kb * 1024),
+          .seed = cfg.train.seed};
+}
+
 json train(TrainerContext& ctx) {
   const JobConfig& cfg = ctx.config;
   const int job_rank = ctx.agent.rank();
@@ -168,6 +181,8 @@ json train(TrainerContext& ctx) {
 
   double compute_s = 0, data_s = 0, comm_s = 0, last_loss = 0;
   uint64_t comm_bytes = 0;
+  // Gradient exchange only, summed over membership epochs (see DdpStats).
+  uint64_t grad_sent = 0, grad_received = 0, grad_uncompressed = 0;
   int64_t samples = 0;
   auto t_train = Clock::now();
   double train_s = 0;
@@ -182,7 +197,8 @@ json train(TrainerContext& ctx) {
           model, comm,
           {.bucket_bytes = static_cast<size_t>(cfg.comm.bucket_mb * (1 << 20)),
            .algorithm = comm::parse_algorithm(cfg.comm.algorithm),
-           .broadcast_on_construct = false});
+           .broadcast_on_construct = false,
+           .compression = compression_options(cfg)});
       // Bytes sent by this process over all its communicators.
       const uint64_t bytes_before = comm_bytes, bytes_at_connect = comm.stats().bytes_sent;
       auto count_bytes = [&] {
@@ -340,10 +356,13 @@ json train(TrainerContext& ctx) {
           // DDP averages over ranks: scale so the result is the mean over the global batch.
           auto loss =
               loss_sum * (static_cast<double>(world) / static_cast<double>(batch->global_batch));
-          double wait0 = ddp.stats().wait_seconds;
+          const ddp::DdpStats before = ddp.stats();
           ddp.backward(loss);
           optimizer->step();
-          const double waited = ddp.stats().wait_seconds - wait0;
+          const double waited = ddp.stats().wait_seconds - before.wait_seconds;
+          grad_sent += ddp.stats().bytes_sent - before.bytes_sent;
+          grad_received += ddp.stats().bytes_received - before.bytes_received;
+          grad_uncompressed += ddp.stats().uncompressed_bytes - before.uncompressed_bytes;
           compute_s += seconds_since(t1) - waited;
           comm_s += waited;
 
@@ -442,6 +461,12 @@ json train(TrainerContext& ctx) {
           {"data_seconds", data_s},
           {"snapshot_seconds", snapshot_s},
           {"comm_bytes", comm_bytes},
+          // Gradient exchange only: what went on the wire, and what an uncompressed f32 ring
+          // allreduce of the same buckets would have sent.
+          {"grad_bytes_sent", grad_sent},
+          {"grad_bytes_received", grad_received},
+          {"grad_bytes_uncompressed", grad_uncompressed},
+          {"compression", cfg.comm.compression},
           {"test_accuracy", ev.accuracy},
           {"test_loss", ev.loss},
           {"final_loss", last_loss},

@@ -1,0 +1,116 @@
+// Top-k sparsification: each rank sends the k = ceil(ratio * n) values of largest magnitude with
+// their indices (pairs of 32-bit words: index, f32 bits), gathered from every rank by a
+// variable-sized allgather; every rank sums the sparse contributions in rank order into a dense
+// result and divides by the number of ranks, so all ranks get the same bits. The residual is the
+// input with the sent values zeroed. Round trip: kept values exact, every other one dropped, so
+// the error of each value is at most the k-th largest magnitude.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include "cohort/base/error.h"
+#include "cohort/compress/codecs.h"
+
+namespace cohort::compress {
+namespace {
+
+class TopKCodec final : public Codec {
+ public:
+  TopKCodec(size_t count, double ratio, bool error_feedback) : Codec(count) {
+    if (!(ratio > 0 && ratio <= 1)) {
+      throw ConfigError("topk: ratio must be in (0, 1], got " + std::to_string(ratio));
+    }
+    if (count > UINT32_MAX) throw ConfigError("topk: a bucket holds at most 2^32 - 1 values");
+    k_ = std::min(count, std::max<size_t>(1, static_cast<size_t>(std::ceil(ratio * count))));
+    if (error_feedback) residual_.assign(count, 0.0f);
+  }
+  Method method() const override { return Method::TopK; }
+  size_t k() const { return k_; }
+
+  void round_trip(const float* x, float* out) override {
+    select(x);
+    std::fill(out, out + count_, 0.0f);
+    for (size_t j = 0; j < k_; ++j) out[order_[j]] = x[order_[j]];
+  }
+
+  void start(float* grad, comm::Communicator& comm, const ExchangeOptions& opts) override {
+    add_residual(residual_, grad);
+    select(grad);
+    packed_.resize(2 * k_);
+    for (size_t j = 0; j < k_; ++j) {
+      const uint32_t i = order_[j];
+      packed_[2 * j] = i;
+      std::memcpy(&packed_[2 * j + 1], &grad[i], 4);
+    }
+    if (!residual_.empty()) {
+      std::copy(grad, grad + count_, residual_.begin());
+      for (size_t j = 0; j < k_; ++j) residual_[order_[j]] = 0.0f;
+    }
+    grad_ = grad;
+    world_ = comm.size();
+    work_ = comm.allgatherv(Buffer{DType::I32, packed_.data(), packed_.size()}, &gathered_,
+                            {.timeout = opts.timeout});
+  }
+
+  void finish() override {
+    auto w = std::move(work_);
+    if (!w) return;
+    w->wait();
+    std::fill(grad_, grad_ + count_, 0.0f);
+    for (int r = 0; r < world_; ++r) {
+      const size_t words = gathered_.counts[static_cast<size_t>(r)];
+      if (words % 2 != 0) {
+        throw ProtocolError("topk: rank " + std::to_string(r) + " sent an odd number of words (" +
+                            std::to_string(words) + ")");
+      }
+      const auto* p = reinterpret_cast<const uint32_t*>(gathered_.block(r));
+      for (size_t j = 0; j < words / 2; ++j) {
+        const uint32_t i = p[2 * j];
+        if (i >= count_) {
+          throw ProtocolError("topk: rank " + std::to_string(r) + " sent index " +
+                              std::to_string(i) + " for a bucket of " + std::to_string(count_));
+        }
+        float v;
+        std::memcpy(&v, &p[2 * j + 1], 4);
+        grad_[i] += v;
+      }
+    }
+    const float n = static_cast<float>(world_);
+    for (size_t i = 0; i < count_; ++i) grad_[i] /= n;
+  }
+
+ private:
+  // order_[0, k) = indices of the k largest |x|, ascending.
+  void select(const float* x) {
+    order_.resize(count_);
+    std::iota(order_.begin(), order_.end(), 0u);
+    // NaN ranks above everything (it must reach the others, not hide in a residual).
+    auto mag = [x](uint32_t i) {
+      return std::isnan(x[i]) ? std::numeric_limits<float>::infinity() : std::fabs(x[i]);
+    };
+    auto larger = [&mag](uint32_t a, uint32_t b) {
+      const float fa = mag(a), fb = mag(b);
+      return fa > fb || (fa == fb && a < b);
+    };
+    if (k_ < count_) std::nth_element(order_.begin(), order_.begin() + k_, order_.end(), larger);
+    std::sort(order_.begin(), order_.begin() + k_);
+  }
+
+  size_t k_;
+  std::vector<uint32_t> order_;
+  std::vector<uint32_t> packed_;
+  comm::GatheredBlocks gathered_;
+  float* grad_ = nullptr;
+  int world_ = 1;
+  std::shared_ptr<comm::Work> work_;
+};
+
+}  // namespace
+
+std::unique_ptr<Codec> make_topk_codec(const CompressionOptions& o, size_t count) {
+  return std::make_unique<TopKCodec>(count, o.topk_ratio, o.error_feedback);
+}
+
+}  // namespace cohort::compress

@@ -1,0 +1,313 @@
+// Each codec's round trip within its documented bound, its exchange over real communicators
+// (ranks as threads over loopback), and error feedback: the sum of what the ranks applied over
+// many steps converges to the sum of their gradients.
+#include "cohort/compress/codec.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "../comm/world.h"
+#include "cohort/compress/formats.h"
+
+namespace cohort::compress {
+namespace {
+
+using comm::testing::World;
+
+std::vector<float> random_values(size_t n, uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = normal(gen);
+  return v;
+}
+
+CompressionOptions options(Method m) {
+  CompressionOptions o;
+  o.method = m;
+  o.min_bytes = 0;
+  o.powersgd_warmup_steps = 0;
+  o.topk_ratio = 0.05;
+  return o;
+}
+
+TEST(Methods, ParseNamesAndRejectOthers) {
+  for (Method m :
+       {Method::None, Method::Fp16, Method::Bf16, Method::Int8, Method::TopK, Method::PowerSgd}) {
+    EXPECT_EQ(parse_method(method_name(m)), m);
+  }
+  try {
+    parse_method("zip");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("fp16, bf16, int8, topk, powersgd"), std::string::npos);
+  }
+}
+
+TEST(RoundTrip, Fp16WithinHalfAnUlpAndSaturates) {
+  auto x = random_values(5000, 1);
+  for (size_t i = 0; i < x.size(); ++i) x[i] *= std::pow(10.0f, static_cast<float>(i % 9) - 4.0f);
+  x.push_back(1e6f);
+  x.push_back(-7e4f);
+  x.push_back(std::nanf(""));
+  auto codec = make_codec(options(Method::Fp16), x.size());
+  std::vector<float> out(x.size());
+  codec->round_trip(x.data(), out.data());
+  for (size_t i = 0; i + 3 < x.size(); ++i) {
+    const float a = std::fabs(x[i]);
+    const float bound = a >= 0x1p-14f ? a * 0x1p-11f : 0x1p-25f;
+    ASSERT_LE(std::fabs(out[i] - x[i]), bound) << x[i];
+  }
+  EXPECT_EQ(out[out.size() - 3], 65504.0f);
+  EXPECT_EQ(out[out.size() - 2], -65504.0f);
+  EXPECT_TRUE(std::isnan(out.back()));
+}
+
+TEST(RoundTrip, Bf16WithinHalfAnUlp) {
+  auto x = random_values(5000, 2, 1e3f);
+  auto codec = make_codec(options(Method::Bf16), x.size());
+  std::vector<float> out(x.size());
+  codec->round_trip(x.data(), out.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_LE(std::fabs(out[i] - x[i]), std::fabs(x[i]) * 0x1p-8f) << x[i];
+  }
+}
+
+// The bound is per chunk: |error| < max|x over the chunk| / 127 (stochastic), half that (nearest).
+void check_int8(bool stochastic) {
+  CompressionOptions o = options(Method::Int8);
+  o.int8_chunk = 64;
+  o.int8_stochastic_rounding = stochastic;
+  auto x = random_values(1000, 3);
+  for (size_t i = 0; i < x.size(); ++i) x[i] *= (i / 64) % 2 ? 100.0f : 0.01f;  // scales differ
+  std::fill(x.begin() + 128, x.begin() + 192, 0.0f);                            // an all-zero chunk
+  auto codec = make_codec(o, x.size());
+  std::vector<float> out(x.size());
+  codec->round_trip(x.data(), out.data());
+  for (size_t c = 0; c * 64 < x.size(); ++c) {
+    float amax = 0;
+    for (size_t i = c * 64; i < std::min(x.size(), c * 64 + 64); ++i)
+      amax = std::max(amax, std::fabs(x[i]));
+    const float step = amax / 127.0f;
+    for (size_t i = c * 64; i < std::min(x.size(), c * 64 + 64); ++i) {
+      if (stochastic) {
+        const float err = std::fabs(out[i] - x[i]);
+        ASSERT_TRUE(err < step * 1.0001f || err == 0.0f) << "chunk " << c;
+      } else {
+        ASSERT_LE(std::fabs(out[i] - x[i]), step * 0.5001f) << "chunk " << c;
+      }
+    }
+  }
+}
+
+TEST(RoundTrip, Int8StochasticWithinOneStep) {
+  check_int8(true);
+}
+TEST(RoundTrip, Int8NearestWithinHalfAStep) {
+  check_int8(false);
+}
+
+TEST(RoundTrip, Int8StochasticRoundingIsUnbiasedAndSeeded) {
+  CompressionOptions o = options(Method::Int8);
+  o.int8_chunk = 32;
+  auto x = random_values(32, 4);
+  float amax = 0;
+  for (float v : x) amax = std::max(amax, std::fabs(v));
+  auto codec = make_codec(o, x.size());
+  std::vector<double> mean(x.size(), 0.0);
+  std::vector<float> out(x.size());
+  const int trials = 4000;
+  for (int t = 0; t < trials; ++t) {
+    codec->round_trip(x.data(), out.data());
+    for (size_t i = 0; i < x.size(); ++i) mean[i] += out[i] / trials;
+  }
+  // The mean of `trials` draws with at most one step between them: 6 standard deviations.
+  const double tol = 6 * (amax / 127.0) / (2 * std::sqrt(double(trials)));
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(mean[i], x[i], tol) << i;
+  // Same seed, same calls: same values.
+  auto a = make_codec(o, x.size()), b = make_codec(o, x.size());
+  std::vector<float> oa(x.size()), ob(x.size());
+  a->round_trip(x.data(), oa.data());
+  b->round_trip(x.data(), ob.data());
+  EXPECT_EQ(oa, ob);
+}
+
+TEST(RoundTrip, TopKKeepsTheLargestValuesExactly) {
+  CompressionOptions o = options(Method::TopK);
+  o.topk_ratio = 0.01;
+  auto x = random_values(10000, 5);
+  auto codec = make_codec(o, x.size());
+  std::vector<float> out(x.size());
+  codec->round_trip(x.data(), out.data());
+  std::vector<float> mags;
+  for (float v : x) mags.push_back(std::fabs(v));
+  std::sort(mags.rbegin(), mags.rend());
+  const float kth = mags[99];
+  size_t kept = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (out[i] != 0.0f) {
+      ++kept;
+      ASSERT_EQ(out[i], x[i]);
+      ASSERT_GE(std::fabs(x[i]), kth);
+    } else {
+      ASSERT_LE(std::fabs(x[i]), kth);
+    }
+  }
+  EXPECT_EQ(kept, 100u);
+}
+
+TEST(RoundTrip, PowerSgdIsExactForLowRankMatricesAndPassesVectorsThrough) {
+  CompressionOptions o = options(Method::PowerSgd);
+  o.powersgd_rank = 4;
+  // A 60 x 80 matrix of rank 3, then a bias of 60 values.
+  const size_t rows = 60, cols = 80;
+  auto u = random_values(rows * 3, 6), v = random_values(cols * 3, 7),
+       bias = random_values(rows, 8);
+  std::vector<float> x(rows * cols + rows, 0.0f);
+  for (size_t i = 0; i < rows; ++i) {
+    for (size_t j = 0; j < cols; ++j) {
+      for (size_t k = 0; k < 3; ++k) x[i * cols + j] += u[i * 3 + k] * v[j * 3 + k];
+    }
+  }
+  std::copy(bias.begin(), bias.end(), x.begin() + rows * cols);
+  auto codec = make_codec(o, x.size(), {{0, rows, cols}, {rows * cols, 1, rows}});
+  std::vector<float> out(x.size());
+  codec->round_trip(x.data(), out.data());
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < rows * cols; ++i) {
+    err += (out[i] - x[i]) * (out[i] - x[i]);
+    norm += x[i] * x[i];
+  }
+  EXPECT_LT(std::sqrt(err / norm), 1e-4);
+  for (size_t i = rows * cols; i < x.size(); ++i) ASSERT_EQ(out[i], x[i]);
+}
+
+TEST(Codecs, SmallBucketsGoUncompressed) {
+  CompressionOptions o;
+  o.method = Method::TopK;
+  o.min_bytes = 4096;
+  EXPECT_EQ(make_codec(o, 1023)->method(), Method::None);
+  EXPECT_EQ(make_codec(o, 1024)->method(), Method::TopK);
+}
+
+// Input of rank r at step t: a steady signal plus noise, different per rank.
+std::vector<float> gradient(int r, int t, size_t n) {
+  auto g = random_values(n, static_cast<uint64_t>(1000 * t + r + 1), 0.5f);
+  for (size_t i = 0; i < n; ++i) g[i] += std::cos(static_cast<float>(i)) * (1.0f + 0.1f * r);
+  return g;
+}
+
+struct Exchange {
+  std::vector<float> sum_applied;  // sum over steps of the result (rank 0's; all ranks agree)
+  std::vector<float> sum_average;  // sum over steps of the true average gradient
+  std::vector<std::vector<float>> residuals;
+};
+
+// `steps` exchanges of gradient() on n ranks with codec options o; checks that every rank gets
+// the same bits at every step.
+Exchange run_steps(int n, const CompressionOptions& o, size_t count, int steps,
+                   std::vector<TensorShape> shapes = {}) {
+  World world(n);
+  Exchange ex;
+  ex.sum_applied.assign(count, 0.0f);
+  ex.sum_average.assign(count, 0.0f);
+  ex.residuals.resize(n);
+  std::vector<std::vector<float>> results(n);
+  std::mutex mu;
+  world.run([&](int r, comm::Communicator& comm) {
+    auto codec = make_codec(o, count, shapes, r, 0);
+    EXPECT_EQ(codec->method(), o.method);
+    for (int t = 0; t < steps; ++t) {
+      auto g = gradient(r, t, count);
+      codec->start(g.data(), comm, {});
+      codec->finish();
+      results[r] = g;
+      comm.barrier()->wait();
+      if (r == 0) {
+        for (int q = 1; q < n; ++q) {
+          if (results[q] != results[0]) ADD_FAILURE() << "rank " << q << " differs at step " << t;
+        }
+        for (int q = 0; q < n; ++q) {
+          const auto gq = gradient(q, t, count);
+          for (size_t i = 0; i < count; ++i) ex.sum_average[i] += gq[i] / n;
+        }
+        for (size_t i = 0; i < count; ++i) ex.sum_applied[i] += results[0][i];
+      }
+      comm.barrier()->wait();
+    }
+    std::lock_guard lk(mu);
+    ex.residuals[r] = codec->residual();
+  });
+  return ex;
+}
+
+double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    err += (a[i] - b[i]) * double(a[i] - b[i]);
+    norm += b[i] * double(b[i]);
+  }
+  return std::sqrt(err / norm);
+}
+
+class ExchangeTest : public ::testing::TestWithParam<std::tuple<Method, int>> {};
+
+TEST_P(ExchangeTest, OneStepIsCloseToTheAverageAndTheSameOnEveryRank) {
+  auto [m, n] = GetParam();
+  const size_t count = 3000;
+  auto ex = run_steps(n, options(m), count, 1, {{0, 50, 60}});
+  const double err = relative_error(ex.sum_applied, ex.sum_average);
+  // One step's bound in relative (Frobenius) terms: fp16 2^-11, bf16 2^-8, int8 one step of 127
+  // per value; top-k and PowerSGD drop most of the signal on one step and rely on error feedback.
+  const double bound = m == Method::Fp16   ? 1e-3
+                       : m == Method::Bf16 ? 8e-3
+                       : m == Method::Int8 ? 0.05
+                                           : 1.0;
+  EXPECT_LT(err, n == 1 && m != Method::TopK && m != Method::PowerSgd ? 1e-7 : bound)
+      << method_name(m) << " n=" << n;
+}
+
+TEST_P(ExchangeTest, ErrorFeedbackMakesTheSumOfAppliedUpdatesConverge) {
+  auto [m, n] = GetParam();
+  if (n == 1 && m != Method::TopK && m != Method::PowerSgd) GTEST_SKIP() << "nothing is dropped";
+  const size_t count = 3000;
+  const std::vector<TensorShape> shapes = {{0, 50, 60}};
+  CompressionOptions with = options(m);
+  with.topk_ratio = 0.1;
+  CompressionOptions without = with;
+  without.error_feedback = false;
+  const int steps = 200;
+  auto ef = run_steps(n, with, count, steps, shapes);
+  auto plain = run_steps(n, without, count, steps, shapes);
+  // Conservation: n * sum(applied) + sum over ranks of the last residual == n * sum(average).
+  for (size_t i = 0; i < count; ++i) {
+    double res = 0;
+    for (int r = 0; r < n; ++r) res += ef.residuals[r][i];
+    ASSERT_NEAR(n * double(ef.sum_applied[i]) + res, n * double(ef.sum_average[i]),
+                1e-3 * (1 + std::fabs(n * ef.sum_average[i])))
+        << method_name(m) << " element " << i;
+  }
+  const double err_ef = relative_error(ef.sum_applied, ef.sum_average);
+  const double err_plain = relative_error(plain.sum_applied, plain.sum_average);
+  EXPECT_LT(err_ef, 0.1) << method_name(m);
+  if (m == Method::TopK || m == Method::PowerSgd) {
+    EXPECT_LT(err_ef, err_plain / 3) << method_name(m) << ": " << err_ef << " vs " << err_plain;
+  } else {
+    EXPECT_LE(err_ef, err_plain) << method_name(m);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, ExchangeTest,
+                         ::testing::Combine(::testing::Values(Method::Fp16, Method::Bf16,
+                                                              Method::Int8, Method::TopK,
+                                                              Method::PowerSgd),
+                                            ::testing::Values(1, 2, 3, 4)),
+                         [](const auto& info) {
+                           return std::string(method_name(std::get<0>(info.param))) + "_n" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+}  // namespace
+}  // namespace cohort::compress
