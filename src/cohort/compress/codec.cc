@@ -77,7 +77,7 @@ std::unique_ptr<Codec> make_codec(const CompressionOptions& options, size_t coun
     case Method::Int8:
       return make_quantized_codec(options, count, rank, bucket);
     case Method::TopK:
-      return make_topk_codec(options, count);
+      return make_topk_codec(options, count, std::move(shapes));
     case Method::PowerSgd:
       return make_powersgd_codec(options, count, std::move(shapes), bucket);
     case Method::None:

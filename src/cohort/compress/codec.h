@@ -96,8 +96,8 @@ class Codec {
 };
 
 // The codec for a bucket of `count` f32 values of the given tensors (method none below
-// options.min_bytes) (PowerSGD compresses each
-// tensor of two or more dimensions on its own; with no shapes it views the bucket as one
+// options.min_bytes). Top-k takes its ratio of each tensor; PowerSGD compresses each tensor of
+// two or more dimensions on its own. With no shapes the bucket is one tensor (for PowerSGD, one
 // near-square matrix). `rank` is the caller's rank (stochastic rounding differs per rank) and
 // `bucket` its bucket index (PowerSGD's initial factors differ per bucket).
 std::unique_ptr<Codec> make_codec(const CompressionOptions& options, size_t count,

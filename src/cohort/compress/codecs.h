@@ -8,7 +8,8 @@ namespace cohort::compress {
 std::unique_ptr<Codec> make_plain_codec(size_t count);
 std::unique_ptr<Codec> make_quantized_codec(const CompressionOptions& options, size_t count,
                                             int rank, size_t bucket);
-std::unique_ptr<Codec> make_topk_codec(const CompressionOptions& options, size_t count);
+std::unique_ptr<Codec> make_topk_codec(const CompressionOptions& options, size_t count,
+                                       std::vector<TensorShape> shapes);
 std::unique_ptr<Codec> make_powersgd_codec(const CompressionOptions& options, size_t count,
                                            std::vector<TensorShape> shapes, size_t bucket);
 

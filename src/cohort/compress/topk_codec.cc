@@ -1,9 +1,10 @@
-// Top-k sparsification: each rank sends the k = ceil(ratio * n) values of largest magnitude with
-// their indices (pairs of 32-bit words: index, f32 bits), gathered from every rank by a
-// variable-sized allgather; every rank sums the sparse contributions in rank order into a dense
-// result and divides by the number of ranks, so all ranks get the same bits. The residual is the
-// input with the sent values zeroed. Round trip: kept values exact, every other one dropped, so
-// the error of each value is at most the k-th largest magnitude.
+// Top-k sparsification: each rank sends, of every tensor in the bucket, the ceil(ratio * numel)
+// values of largest magnitude (per tensor, so that a layer whose gradients are small is not
+// starved by one whose gradients are large) with their indices (pairs of 32-bit words: index, f32
+// bits), gathered from every rank by a variable-sized allgather; every rank sums the sparse
+// contributions in rank order into a dense result and divides by the number of ranks, so all ranks
+// get the same bits. The residual is the input with the sent values zeroed. Round trip: kept values
+// exact, every other one dropped, so the error of each value is at most the k-th largest magnitude.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -18,12 +19,25 @@ namespace {
 
 class TopKCodec final : public Codec {
  public:
-  TopKCodec(size_t count, double ratio, bool error_feedback) : Codec(count) {
+  TopKCodec(size_t count, double ratio, bool error_feedback, std::vector<TensorShape> shapes)
+      : Codec(count) {
     if (!(ratio > 0 && ratio <= 1)) {
       throw ConfigError("topk: ratio must be in (0, 1], got " + std::to_string(ratio));
     }
     if (count > UINT32_MAX) throw ConfigError("topk: a bucket holds at most 2^32 - 1 values");
-    k_ = std::min(count, std::max<size_t>(1, static_cast<size_t>(std::ceil(ratio * count))));
+    if (shapes.empty()) shapes.push_back({0, 1, count});
+    size_t covered = 0;
+    for (const auto& s : shapes) {
+      const size_t len = s.rows * s.cols;
+      if (s.offset + len > count) throw Error("topk: a tensor lies outside its bucket");
+      covered += len;
+      if (len == 0) continue;
+      const size_t k =
+          std::min(len, std::max<size_t>(1, static_cast<size_t>(std::ceil(ratio * len))));
+      tensors_.push_back({s.offset, len, k});
+      k_ += k;
+    }
+    if (covered != count) throw Error("topk: the tensor shapes do not cover the bucket");
     if (error_feedback) residual_.assign(count, 0.0f);
   }
   Method method() const override { return Method::TopK; }
@@ -82,7 +96,7 @@ class TopKCodec final : public Codec {
   }
 
  private:
-  // order_[0, k) = indices of the k largest |x|, ascending.
+  // order_[0, k) = for each tensor, the indices of its largest |x|, ascending.
   void select(const float* x) {
     order_.resize(count_);
     std::iota(order_.begin(), order_.end(), 0u);
@@ -94,11 +108,25 @@ class TopKCodec final : public Codec {
       const float fa = mag(a), fb = mag(b);
       return fa > fb || (fa == fb && a < b);
     };
-    if (k_ < count_) std::nth_element(order_.begin(), order_.begin() + k_, order_.end(), larger);
-    std::sort(order_.begin(), order_.begin() + k_);
+    size_t kept = 0;
+    for (const auto& t : tensors_) {
+      auto first = order_.begin() + static_cast<std::ptrdiff_t>(t.offset);
+      auto last = first + static_cast<std::ptrdiff_t>(t.len);
+      auto out = order_.begin() + static_cast<std::ptrdiff_t>(kept);
+      if (t.k < t.len)
+        std::nth_element(first, first + static_cast<std::ptrdiff_t>(t.k), last, larger);
+      std::sort(first, first + static_cast<std::ptrdiff_t>(t.k));
+      // Tensors are in offset order, so the kept indices stay ascending as they move down.
+      std::move(first, first + static_cast<std::ptrdiff_t>(t.k), out);
+      kept += t.k;
+    }
   }
 
-  size_t k_;
+  struct Tensor {
+    size_t offset, len, k;
+  };
+  std::vector<Tensor> tensors_;
+  size_t k_ = 0;
   std::vector<uint32_t> order_;
   std::vector<uint32_t> packed_;
   comm::GatheredBlocks gathered_;
@@ -109,8 +137,9 @@ class TopKCodec final : public Codec {
 
 }  // namespace
 
-std::unique_ptr<Codec> make_topk_codec(const CompressionOptions& o, size_t count) {
-  return std::make_unique<TopKCodec>(count, o.topk_ratio, o.error_feedback);
+std::unique_ptr<Codec> make_topk_codec(const CompressionOptions& o, size_t count,
+                                       std::vector<TensorShape> shapes) {
+  return std::make_unique<TopKCodec>(count, o.topk_ratio, o.error_feedback, std::move(shapes));
 }
 
 }  // namespace cohort::compress
