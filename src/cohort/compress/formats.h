@@ -52,9 +52,6 @@ class Int8Encoding final : public comm::Encoding {
   size_t chunk() const { return chunk_; }
 
  private:
-  template <bool Add>
-  void decode_impl(const uint8_t* src, size_t count, float* dst) const;
-
   size_t chunk_;
   bool stochastic_;
   uint64_t seed_;
