@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <functional>
 #include <thread>
 
@@ -118,6 +119,56 @@ TEST(DistributedDataParallel, ReplicasStayBitwiseIdenticalOverManySteps) {
   EXPECT_EQ(initial[0], initial[1]);
   EXPECT_EQ(digests[0], digests[1]);
   EXPECT_NE(digests[0], initial[0]);  // training moved the parameters
+}
+
+TEST(DistributedDataParallel, CompressesBucketsAboveTheThresholdAndCountsTheBytes) {
+  const int world = 2;
+  std::vector<std::vector<torch::Tensor>> got(world), exact(world);
+  std::vector<DdpStats> stats(world);
+  for (bool compress : {false, true}) {
+    run_ranks(world, [&](int rank, comm::Communicator& c) {
+      torch::manual_seed(7);
+      auto model = std::make_shared<Net>();
+      // Two buckets (see BucketsFollowBackwardOrderAndCapacity): 9236 bytes (fc3, fc2, fc1's
+      // bias) and 5120 (fc1's weight). With an 8 KiB threshold only the first is compressed.
+      compress::CompressionOptions o;
+      o.method = compress ? compress::Method::Int8 : compress::Method::None;
+      o.min_bytes = 8192;
+      DistributedDataParallel ddp(model, c,
+                                  {.bucket_bytes = 12 * 1024,
+                                   .first_bucket_bytes = 12 * 1024,
+                                   .compression = o});
+      model->zero_grad();
+      ddp.backward(torch::nn::functional::cross_entropy(model->forward(batch_for(rank, 0)),
+                                                        labels_for(rank, 0)));
+      auto& out = compress ? got[rank] : exact[rank];
+      for (auto& p : model->parameters()) out.push_back(p.grad().clone());
+      stats[rank] = ddp.stats();
+    });
+  }
+  // Parameters: 0 fc1.w (uncompressed bucket: exact), 1.. in the int8 bucket.
+  for (int r = 0; r < world; ++r) {
+    EXPECT_TRUE(torch::equal(got[r][0], exact[r][0])) << "rank " << r;
+    double err = 0, norm = 0;
+    int64_t values = 0;
+    for (size_t i = 0; i < got[r].size(); ++i) {
+      values += got[r][i].numel();
+      if (i == 0) continue;
+      err += (got[r][i] - exact[r][i]).pow(2).sum().item<double>();
+      norm += exact[r][i].pow(2).sum().item<double>();
+      EXPECT_TRUE(torch::equal(got[r][i], got[0][i])) << "rank " << r << " param " << i;
+    }
+    // int8 rounds each value by less than 1/127 of its chunk's largest, twice: a few percent.
+    EXPECT_LT(std::sqrt(err / norm), 0.05) << "rank " << r;
+    EXPECT_GT(std::sqrt(err / norm), 0.0) << "rank " << r << ": nothing was compressed";
+    EXPECT_GT(stats[r].bytes_sent, 0u);
+    EXPECT_GT(stats[r].bytes_received, 0u);
+    // 2(n-1)/n of both buckets' f32 bytes.
+    EXPECT_EQ(stats[r].uncompressed_bytes, static_cast<uint64_t>(values) * 4);
+    // The int8 bucket sends about a quarter of its bytes, the other all of them.
+    EXPECT_GT(stats[r].compression_ratio(), 1.5);
+    EXPECT_LT(stats[r].compression_ratio(), 3.0);
+  }
 }
 
 TEST(DistributedDataParallel, BucketsFollowBackwardOrderAndCapacity) {
