@@ -8,6 +8,8 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git clang-format clang-tidy ccache
   # core libraries
   libssl-dev zlib1g-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libsqlite3-dev
+  # the web console: HTTP server; node and npm install its assets (web/), chromium runs its test
+  libcpp-httplib-dev nodejs chromium
   # tests and benchmarks
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   # training: libtorch with a fast BLAS, and the reference data set
@@ -29,12 +31,20 @@ done
 
 if ((${#missing[@]} == 0)); then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
-  exit 0
+else
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-echo "install-deps: installing ${missing[*]}"
-SUDO=""
-if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The web console's npm packages (uPlot, served by the binary; playwright-core for the browser
+# test), exactly as web/package-lock.json pins them. Skipped when already installed from this lock.
+web="$(cd "$(dirname "$0")/../web" && pwd)"
+if ! cmp -s "$web/package-lock.json" "$web/node_modules/.package-lock.json.installed" 2>/dev/null; then
+  echo "install-deps: npm ci in web/"
+  (cd "$web" && npm ci --no-audit --no-fund --loglevel=error)
+  cp "$web/package-lock.json" "$web/node_modules/.package-lock.json.installed"
+fi

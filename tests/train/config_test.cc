@@ -100,6 +100,8 @@ TEST(JobConfig, ToYamlRoundTrips) {
            std::string("comm: {compression: topk, topk: {ratio: 0.05}, error_feedback: false}"),
            std::string("comm: {compression: powersgd, compression_min_kb: 0, "
                        "powersgd: {rank: 2, warmup_steps: 0}}"),
+           std::string("dashboard: {port: 0, bind: 0.0.0.0}"),
+           std::string("dashboard: {enabled: false, port: 9000}"),
        }) {
     JobConfig c = parse_job_config(yaml, "job.yaml");
     std::string out = to_yaml(c);
@@ -328,6 +330,24 @@ TEST(JobConfigOverrides, ErrorsNameTheOverride) {
             "job.yaml:1:17: train.epochs: expected a positive integer, got 0");
 }
 
+TEST(JobConfig, ADashboardSectionTurnsTheConsoleOn) {
+  EXPECT_FALSE(parse_job_config("", "j").dashboard.enabled);
+  DashboardConfig d = parse_job_config("dashboard:", "j").dashboard;
+  EXPECT_TRUE(d.enabled);
+  EXPECT_EQ(d.bind, "127.0.0.1");  // loopback unless the file says otherwise
+  EXPECT_EQ(d.port, 8080);
+  d = parse_job_config("", "j", {.overrides = {"dashboard.port=0"}}).dashboard;
+  EXPECT_TRUE(d.enabled);
+  EXPECT_EQ(d.port, 0);
+  EXPECT_FALSE(parse_job_config("dashboard: {enabled: false}", "j").dashboard.enabled);
+  EXPECT_EQ(error_of("dashboard: {port: 70000}"),
+            "job.yaml:1:19: dashboard.port: expected a port number in [0, 65535], got 70000");
+  EXPECT_EQ(error_of("dashboard: {prot: 1}"),
+            "job.yaml:1:13: dashboard.prot: unknown key; did you mean 'port'?");
+  EXPECT_EQ(error_of("dashboard: 8080"),
+            "job.yaml:1:12: dashboard: expected a map of keys, got 8080");
+}
+
 TEST(JobConfig, ExamplesAreValid) {
   for (const char* name : {"fashion-cnn.yaml", "fashion-mlp.yaml", "synthetic-resnet.yaml"}) {
     const std::string path = std::string(COHORT_SOURCE_DIR) + "/examples/" + name;
@@ -352,7 +372,8 @@ TEST(JobConfig, EveryKeyIsDocumented) {
       }
     }
   };
-  for (const char* yaml : {"", "data: {name: synthetic}\ntrain: {optimizer: {name: adam}}"}) {
+  for (const char* yaml :
+       {"", "data: {name: synthetic}\ntrain: {optimizer: {name: adam}}", "dashboard:"}) {
     walk(YAML::Load(to_yaml(parse_job_config(yaml, "j"))), "");
   }
 }

@@ -4,9 +4,15 @@ namespace cohort::cli {
 
 // Subcommand entry points, defined in their own files.
 int bench_main(int argc, char** argv);
+int status_main(int argc, char** argv);
+int submit_main(int argc, char** argv);
+int jobs_main(int argc, char** argv);
+int cancel_main(int argc, char** argv);
+int logs_main(int argc, char** argv);
 #ifdef COHORT_WITH_TRAINING
 int run_main(int argc, char** argv);
 int worker_main(int argc, char** argv);
+int serve_main(int argc, char** argv);
 #endif
 
 const std::vector<Command>& commands() {
@@ -14,8 +20,14 @@ const std::vector<Command>& commands() {
 #ifdef COHORT_WITH_TRAINING
       {"run", "run a training job on this machine", run_main},
       {"worker", "one worker of a job (started by run, mpirun, srun, ...)", worker_main},
+      {"serve", "the console of every job on this machine, with their history", serve_main},
 #endif
       {"bench", "measure collectives across local processes", bench_main},
+      {"status", "show a running job's console in the terminal", status_main},
+      {"submit", "queue a job with cohort serve", submit_main},
+      {"jobs", "list cohort serve's jobs", jobs_main},
+      {"cancel", "cancel a job of cohort serve", cancel_main},
+      {"logs", "show a job's logs from cohort serve", logs_main},
   };
   return kCommands;
 }

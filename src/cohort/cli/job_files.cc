@@ -16,6 +16,12 @@ void EventLog::write(nlohmann::json event) {
   std::lock_guard lk(mu_);
   out_ << event.dump() << "\n";
   out_.flush();
+  if (listener_) listener_(event);
+}
+
+void EventLog::set_listener(std::function<void(const nlohmann::json&)> listener) {
+  std::lock_guard lk(mu_);
+  listener_ = std::move(listener);
 }
 
 }  // namespace cohort::cli

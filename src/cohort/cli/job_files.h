@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -14,10 +15,13 @@ class EventLog {
  public:
   explicit EventLog(const std::filesystem::path& path);
   void write(nlohmann::json event);
+  // Called with every event written from now on (the live console shows them).
+  void set_listener(std::function<void(const nlohmann::json&)> listener);
 
  private:
   std::mutex mu_;
   std::ofstream out_;
+  std::function<void(const nlohmann::json&)> listener_;
 };
 
 }  // namespace cohort::cli

@@ -12,6 +12,10 @@ namespace {
 void usage(std::ostream& os) {
   os << "usage: cohort <command> [options]\n\n"
         "commands:\n"
+        "  run JOB.yaml      run a training job (when built with libtorch)\n"
+        "  status [URL]      show a running job's console in the terminal\n"
+        "  serve             the console of every job on this machine, with their history\n"
+        "  submit JOB.yaml   queue a job with cohort serve; jobs, cancel JOB, logs JOB\n"
         "  bench allreduce   measure collectives across local processes\n"
         "  version           print the version\n"
         "\nRun 'cohort <command> --help' for a command's options.\n";

@@ -33,6 +33,7 @@
 #include "cohort/cli/job_files.h"
 #include "cohort/elastic/coordinator.h"
 #include "cohort/elastic/process.h"
+#include "cohort/monitor/live_console.h"
 #include "cohort/train/config.h"
 #include "cohort/train/worker.h"
 
@@ -207,6 +208,32 @@ std::string job_token(const std::string& path) {
   return token;
 }
 
+// The web console of the job (dashboard: in the job file). Its URL goes to the terminal, to
+// <run_dir>/console.url and to events.jsonl.
+std::unique_ptr<monitor::LiveConsole> start_console(const train::JobConfig& cfg,
+                                                    const net::Endpoint& store,
+                                                    const std::string& token,
+                                                    const fs::path& run_dir, EventLog& events) {
+  auto console = std::make_unique<monitor::LiveConsole>(monitor::LiveConsoleOptions{
+      .bind_host = cfg.dashboard.bind,
+      .port = static_cast<uint16_t>(cfg.dashboard.port),
+      .store = store,
+      .token = token,
+      .job = {.name = cfg.name,
+              .world_size = static_cast<int>(cfg.workers),
+              .config_yaml = train::to_yaml(cfg),
+              .run_dir = fs::absolute(run_dir).string(),
+              .started = wall_seconds()},
+  });
+  monitor::JobMonitor& m = console->monitor();
+  events.set_listener([&m](const json& e) { m.add_event(e); });
+  write_file_atomically(run_dir / "console.url", console->url() + "\n");
+  events.write({{"event", "console_started"}, {"url", console->url()}});
+  std::printf("cohort: console at %s\n", console->url().c_str());
+  std::fflush(stdout);
+  return console;
+}
+
 int usage(std::ostream& os, int code) {
   os << "usage: cohort run JOB.yaml [--set key=value]... [--run-dir DIR]\n"
         "       cohort run --resume RUN_DIR [--set key=value]...\n"
@@ -264,6 +291,8 @@ int run_main(int argc, char** argv) {
                      .join_timeout = ms(cfg.elastic.join_timeout_s)},
   });
   auto ep = coordinator.endpoint();
+  std::unique_ptr<monitor::LiveConsole> console;
+  if (cfg.dashboard.enabled) console = start_console(cfg, ep, token, run_dir, events);
   events.write({{"event", resume_dir.empty() ? "job_started" : "job_resumed"},
                 {"workers", cfg.workers},
                 {"coordinator", ep.str()}});
@@ -338,6 +367,7 @@ int run_main(int argc, char** argv) {
       metrics << m.dump() << "\n";
       metrics.flush();
       progress.record(m);
+      if (console) console->monitor().add_metric(m);
     }
     if (int sig = g_stop_signal.load()) {
       status = "cancelled";
@@ -374,6 +404,7 @@ int run_main(int argc, char** argv) {
                     {"status", st->describe()},
                     {"excluded", st->code == train::kExitExcluded && st->signal == 0}});
       coordinator.worker_exited(r, st->ok(), st->describe());
+      if (console) console->monitor().worker_exited(r, st->describe(), st->ok());
     }
     coordinator.expect_joiners(joiners_possible());
     for (auto& e : coordinator.tick()) {
@@ -418,6 +449,7 @@ int run_main(int argc, char** argv) {
   for (auto& m : coordinator.poll_metrics()) {
     metrics << m.dump() << "\n";
     progress.record(m);
+    if (console) console->monitor().add_metric(m);
   }
   progress.end_line();
   for (auto& [r, w] : workers) {
@@ -450,6 +482,7 @@ int run_main(int argc, char** argv) {
   if (!error.empty()) summary["error"] = error;
   write_file_atomically(run_dir / "summary.json", summary.dump(2) + "\n");
   events.write({{"event", "job_" + status}, {"error", error}});
+  if (console) console->monitor().finish(status, summary);
 
   if (status == "completed") {
     print_report(summary, run_dir.string());

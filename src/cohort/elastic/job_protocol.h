@@ -12,6 +12,7 @@
 //   job/events_next       counter: the next free i
 //   job/summary/<rank>    each worker's final report (JSON)
 //   job/failed/<rank>     a worker's fatal error (text)
+//   job/status/<rank>     each worker's live status (JSON: state, step, step_time, comm_share, ...)
 //   comm/e<epoch>/...     the communicator of membership epoch <epoch>
 //
 // Fault tolerance. <rank> in job/ keys is the worker's id in the job: the launcher's rank (0 ..
@@ -48,6 +49,10 @@ inline std::string summary(int rank) {
 }
 inline std::string failed(int rank) {
   return "job/failed/" + std::to_string(rank);
+}
+// A worker's live status for the console, rewritten about twice a second (monitor/ reads it).
+inline std::string status(int rank) {
+  return "job/status/" + std::to_string(rank);
 }
 inline std::string comm_prefix(int epoch) {
   return "comm/e" + std::to_string(epoch);

@@ -23,7 +23,7 @@ const Schema& schema() {
   static const Schema s = {
       {"",
        {"name", "workers", "threads_per_worker", "model", "data", "train", "comm", "checkpoint",
-        "elastic"}},
+        "elastic", "dashboard"}},
       {"model", {"name"}},
       {"data", {"name", "path", "samples", "shape", "classes"}},
       {"train",
@@ -41,6 +41,7 @@ const Schema& schema() {
       {"elastic",
        {"min_workers", "max_workers", "heartbeat_s", "failure_timeout_s", "max_restarts",
         "snapshot_every_steps", "join_timeout_s"}},
+      {"dashboard", {"enabled", "bind", "port"}},
   };
   return s;
 }
@@ -268,6 +269,20 @@ void read_compression(const YamlReader& r, const YAML::Node& comm, CommConfig& c
   }
 }
 
+// A `dashboard:` section (even an empty one) turns the console on unless it says enabled: false.
+void read_dashboard(const YamlReader& r, const YAML::Node& root, DashboardConfig& d) {
+  if (!YamlReader::child(root, "dashboard").IsDefined()) return;
+  YAML::Node m = r.section(root, "dashboard");
+  d.enabled = true;
+  if (auto v = r.get_bool(m, "dashboard.enabled")) d.enabled = *v;
+  if (auto s = r.get_string(m, "dashboard.bind")) {
+    if (s->empty())
+      r.fail("dashboard.bind", YamlReader::child(m, "dashboard.bind"), "must not be empty");
+    d.bind = *s;
+  }
+  if (auto v = r.get_int(m, "dashboard.port", 0, 65535, "a port number in [0, 65535]")) d.port = *v;
+}
+
 JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
   JobConfig c;
   const YAML::Node& doc = r.root();
@@ -323,6 +338,7 @@ JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
     c.checkpoint.keep = *v;
   }
   read_elastic(r, root, c);
+  read_dashboard(r, root, c.dashboard);
   return c;
 }
 
@@ -469,7 +485,15 @@ std::string to_yaml(const JobConfig& c) {
   out << YAML::Key << "max_restarts" << YAML::Value << e.max_restarts;
   out << YAML::Key << "snapshot_every_steps" << YAML::Value << e.snapshot_every_steps;
   num("join_timeout_s", e.join_timeout_s);
-  out << YAML::EndMap << YAML::EndMap;
+  out << YAML::EndMap;
+  if (c.dashboard != DashboardConfig{}) {
+    out << YAML::Key << "dashboard" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "enabled" << YAML::Value << (c.dashboard.enabled ? "true" : "false");
+    out << YAML::Key << "bind" << YAML::Value << c.dashboard.bind;
+    out << YAML::Key << "port" << YAML::Value << c.dashboard.port;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }
 

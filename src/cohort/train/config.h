@@ -107,6 +107,14 @@ struct ElasticConfig {
   bool operator==(const ElasticConfig&) const = default;
 };
 
+// The live web console (docs/console.md). A `dashboard:` section turns it on.
+struct DashboardConfig {
+  bool enabled = false;
+  std::string bind = "127.0.0.1";  // loopback unless the job file says otherwise
+  int64_t port = 8080;             // 0: any free port (the URL goes to <run_dir>/console.url)
+  bool operator==(const DashboardConfig&) const = default;
+};
+
 struct JobConfig {
   std::string name = "cohort-job";
   int64_t workers = 1;
@@ -117,6 +125,7 @@ struct JobConfig {
   CommConfig comm;
   CheckpointConfig checkpoint;
   ElasticConfig elastic;
+  DashboardConfig dashboard;
   bool operator==(const JobConfig&) const = default;
 };
 

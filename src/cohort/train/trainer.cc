@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "cohort/base/clock.h"
+#include "cohort/base/histogram.h"
 #include "cohort/base/file.h"
 #include "cohort/base/log.h"
 #include "cohort/ddp/distributed_data_parallel.h"
@@ -106,6 +107,52 @@ Evaluation evaluate(Model& model, const Dataset& test, comm::Communicator& comm)
   return {sums[1] > 0 ? sums[0] / sums[1] : 0, sums[1] > 0 ? sums[2] / sums[1] : 0};
 }
 
+// A rank's live status for the console: step time, the share of it spent waiting on gradient
+// exchange, and a histogram of that wait, published about twice a second.
+class StatusReporter {
+ public:
+  explicit StatusReporter(const TrainerContext& ctx) : report_(ctx.report_status) {}
+
+  void step(double seconds, double wait_seconds, int64_t samples) {
+    wait_hist_.observe(wait_seconds);
+    steps_ += 1;
+    step_seconds_ += seconds;
+    wait_seconds_ += wait_seconds;
+    samples_ += samples;
+  }
+  // Publishes if `force` or half a second has passed since the last record.
+  void maybe_report(const char* state, int64_t step, int64_t total, int64_t epoch, uint64_t bytes,
+                    bool force = false) {
+    if (!report_ || (!force && seconds_since(last_) < 0.5)) return;
+    json counts = json::array();
+    for (size_t i = 0; i < LatencyHistogram::kBuckets; ++i) counts.push_back(wait_hist_.bucket(i));
+    json s{{"state", state},
+           {"step", step},
+           {"total_steps", total},
+           {"epoch", epoch},
+           {"bytes_sent", bytes},
+           {"comm_wait_hist", {{"counts", counts}, {"sum", wait_hist_.sum()}}},
+           {"time", wall_seconds()}};
+    if (steps_ > 0) {
+      s["step_time"] = step_seconds_ / steps_;
+      s["comm_share"] = step_seconds_ > 0 ? wait_seconds_ / step_seconds_ : 0.0;
+      s["samples_per_sec"] = step_seconds_ > 0 ? samples_ / step_seconds_ : 0.0;
+    }
+    report_(s);
+    last_ = Clock::now();
+    steps_ = 0;
+    step_seconds_ = wait_seconds_ = 0;
+    samples_ = 0;
+  }
+
+ private:
+  std::function<void(const json&)> report_;
+  LatencyHistogram wait_hist_;
+  Clock::time_point last_ = Clock::now();
+  int64_t steps_ = 0, samples_ = 0;
+  double step_seconds_ = 0, wait_seconds_ = 0;
+};
+
 }  // namespace
 
 static compress::CompressionOptions compression_options(const JobConfig& cfg) {
@@ -183,6 +230,7 @@ json train(TrainerContext& ctx) {
   uint64_t comm_bytes = 0;
   // Gradient exchange only, summed over membership epochs (see DdpStats).
   uint64_t grad_sent = 0, grad_received = 0, grad_uncompressed = 0;
+  StatusReporter status(ctx);
   int64_t samples = 0;
   auto t_train = Clock::now();
   double train_s = 0;
@@ -334,8 +382,10 @@ json train(TrainerContext& ctx) {
       };
 
       auto t_window = Clock::now();
-      int64_t window_steps = 0, window_samples = 0;
+      int64_t window_steps = 0, window_samples = 0, window_correct = 0, window_seen = 0;
       double window_loss = 0;
+      auto bytes_now = [&] { return bytes_before + comm.stats().bytes_sent - bytes_at_connect; };
+      status.maybe_report("training", state.step, total_steps, state.epoch, bytes_now(), true);
       while (state.epoch < cfg.train.epochs && state.step < max_steps) {
         sampler.reset(state.epoch, state.consumed);
         pending_epoch = state.epoch;
@@ -365,6 +415,8 @@ json train(TrainerContext& ctx) {
           grad_uncompressed += ddp.stats().uncompressed_bytes - before.uncompressed_bytes;
           compute_s += seconds_since(t1) - waited;
           comm_s += waited;
+          window_correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+          window_seen += static_cast<int64_t>(batch->indices.size());
 
           ++state.step;
           const auto n = static_cast<int64_t>(batch->indices.size());
@@ -381,6 +433,8 @@ json train(TrainerContext& ctx) {
           window_samples += batch->global_batch;
           log::set_step(state.step);
           recovery_done();
+          status.step(seconds_since(t0), waited, n);
+          status.maybe_report("training", state.step, total_steps, state.epoch, bytes_now());
 
           epoch_end = sampler.steps_remaining() == 0;
           state.epoch = epoch_end ? state.epoch + 1 : state.epoch;
@@ -389,18 +443,20 @@ json train(TrainerContext& ctx) {
           if (rank == 0 && ctx.report_progress &&
               (state.step % cfg.train.log_every_steps == 0 || last || epoch_end)) {
             double dt = seconds_since(t_window);
+            double accuracy = window_seen > 0 ? static_cast<double>(window_correct) / window_seen : 0;
             ctx.report_progress(json{{"step", state.step},
                                      {"total_steps", total_steps},
                                      {"epoch", pending_epoch},
                                      {"epochs", cfg.train.epochs},
                                      {"loss", window_loss / window_steps},
+                                     {"accuracy", accuracy},
                                      {"lr", learning_rate(*optimizer)},
                                      {"samples_per_sec", dt > 0 ? window_samples / dt : 0.0},
                                      {"steps_per_sec", dt > 0 ? window_steps / dt : 0.0},
                                      {"world_size", world},
                                      {"time", wall_seconds()}});
             t_window = Clock::now();
-            window_steps = window_samples = 0;
+            window_steps = window_samples = window_correct = window_seen = 0;
             window_loss = 0;
           }
           if (epoch_end || last || state.step >= max_steps || state.step % snapshot_every == 0) {
@@ -435,6 +491,7 @@ json train(TrainerContext& ctx) {
                           *model, optimizer.get());
       }
 
+      status.maybe_report("evaluating", state.step, total_steps, state.epoch, bytes_now(), true);
       Evaluation ev = evaluate(*model, test_set, comm);
       recovery_done();
       count_bytes();

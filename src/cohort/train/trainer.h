@@ -45,6 +45,9 @@ struct TrainerContext {
   // Events for the run's events.jsonl (an object with "event"), e.g. the checkpoint resumed from.
   // May be empty.
   std::function<void(const nlohmann::json&)> report_event;
+  // Every rank's live status, about twice a second and when its state changes (see train()).
+  // May be empty.
+  std::function<void(const nlohmann::json&)> report_status;
 };
 
 // Trains and evaluates; returns this rank's summary:
@@ -52,8 +55,12 @@ struct TrainerContext {
 //   comm_bytes, test_accuracy, test_loss, final_loss, parameter_digest, resumed_from_step,
 //   job_rank, membership_epoch, restores, snapshot_seconds, epoch_samples ([{epoch, samples,
 //   id_sum, id_sq_sum}])
-// Progress records: step, total_steps, epoch, epochs, loss, lr, samples_per_sec, steps_per_sec,
-//   time.
+// Progress records: step, total_steps, epoch, epochs, loss, accuracy (rank 0's batches), lr,
+//   samples_per_sec, steps_per_sec, time.
+// Status records: state ("training", "evaluating"), step, total_steps, epoch, step_time and
+//   comm_share (mean step time, and the share of it blocked on gradient exchange, since the last
+//   record), samples_per_sec (this rank's), bytes_sent, comm_wait_hist (LatencyHistogram of each
+//   step's gradient-exchange wait: counts per bucket and sum).
 nlohmann::json train(TrainerContext& ctx);
 
 }  // namespace cohort::train

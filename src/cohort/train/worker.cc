@@ -34,6 +34,15 @@ std::string host_name() {
 int run_worker(const WorkerOptions& options) {
   std::unique_ptr<store::TcpStore> store;
   int rank = options.rank;
+  json status;  // the last live status published (job/status/<rank>)
+  auto publish_status = [&](json s) {
+    s["rank"] = rank;
+    s["host"] = host_name();
+    s["pid"] = ::getpid();
+    if (!s.contains("time")) s["time"] = wall_seconds();
+    status = s;
+    store->set(elastic::keys::status(rank), to_bytes(s.dump()));
+  };
   try {
     store = std::make_unique<store::TcpStore>(options.coordinator, options.token);
     std::string yaml = to_string(store->get(elastic::keys::kConfig));
@@ -83,10 +92,14 @@ int run_worker(const WorkerOptions& options) {
               e["rank"] = rank;
               store->set(elastic::keys::event(next), to_bytes(e.dump()));
             },
+        .report_status = publish_status,
     };
     json summary = train(ctx);
     summary["host"] = host_name();
     summary["pid"] = ::getpid();
+    status["state"] = "finished";
+    status.erase("time");
+    publish_status(status);
     store->set(elastic::keys::summary(rank), to_bytes(summary.dump()));
     spdlog::info("finished: {} steps, test accuracy {:.4f}", summary.value("steps", 0L),
                  summary.value("test_accuracy", 0.0));
@@ -99,6 +112,10 @@ int run_worker(const WorkerOptions& options) {
     spdlog::error("{}", e.what());
     if (store && rank >= 0) {
       try {
+        status["state"] = "failed";
+        status["error"] = e.what();
+        status.erase("time");
+        publish_status(status);
         store->set(elastic::keys::failed(rank), to_bytes(e.what()));
       } catch (const std::exception&) {
         // The coordinator is gone too; the exit code still reports the failure.
