@@ -73,9 +73,11 @@ class Server {
   const std::string& url() const { return url_; }
   std::string flag() const { return " --server " + url_; }
   json jobs() const {
-    auto r = sh(cohort() + " jobs --json" + flag(), 60);
-    EXPECT_EQ(r.exit_code, 0) << r.output;
-    return json::parse(r.output, nullptr, false);
+    httplib::Client c(url_.substr(0, url_.size() - 1));
+    c.set_read_timeout(30, 0);
+    auto res = c.Get("/api/jobs");
+    EXPECT_TRUE(res && res->status == 200);
+    return res ? json::parse(res->body, nullptr, false) : json();
   }
   // Waits until pred holds for the job list.
   json wait_for(const std::function<bool(const json&)>& pred, const std::string& what) const {
@@ -171,6 +173,16 @@ TEST(Serve, ConcurrentSubmitsAreAllKeptRunInOrderAndSurviveARestart) {
   EXPECT_LE(a["finished"].get<double>(), b["started"].get<double>() + 0.5);  // never both at once
   EXPECT_EQ(a["summary"]["steps"], 20);
 
+  // The list as `cohort jobs` prints it.
+  auto table = sh(cohort() + " jobs" + server->flag(), 60);
+  EXPECT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_EQ(table.output.rfind("id    name                 state      workers", 0), 0u)
+      << table.output;
+  const std::string name = a["name"];
+  EXPECT_NE(table.output.find(name + std::string(21 - name.size(), ' ') + "completed  1"),
+            std::string::npos)
+      << table.output;
+
   // Cancel a queued job; logs of a finished one.
   const int64_t last = *ids.rbegin();
   auto cancel = sh(cohort() + " cancel " + std::to_string(last) + server->flag(), 60);
@@ -210,6 +222,12 @@ TEST(Serve, ConcurrentSubmitsAreAllKeptRunInOrderAndSurviveARestart) {
   EXPECT_EQ(j["state"], "completed");
   EXPECT_EQ(j["summary"]["steps"], 20);
   EXPECT_NE(j["config"].get<std::string>().find("max_steps: 20"), std::string::npos);
+  auto workers_after = c2.Get("/jobs/" + std::to_string(first) + "/api/workers");
+  ASSERT_TRUE(workers_after);
+  json w = json::parse(workers_after->body);
+  ASSERT_EQ(w.size(), 1u) << w.dump();
+  EXPECT_EQ(w[0]["state"], "finished");
+  EXPECT_EQ(w[0]["step"], 20);
   auto page = c2.Get("/jobs/" + std::to_string(first) + "/");
   ASSERT_TRUE(page);
   EXPECT_EQ(page->status, 200);

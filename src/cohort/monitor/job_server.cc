@@ -138,6 +138,24 @@ std::shared_ptr<const JobMonitor> JobServer::monitor_for(int64_t id) {
     json summary = rec->summary.is_null() ? json{{"status", rec->state}} : rec->summary;
     if (!rec->error.empty() && !summary.contains("error")) summary["error"] = rec->error;
     m->finish(rec->state, summary);
+    // The workers as they ended, from the summary's per-rank reports.
+    if (summary.contains("per_rank") && summary["per_rank"].is_array()) {
+      json rows = json::array();
+      for (const auto& p : summary["per_rank"]) {
+        const double comm = p.value("comm_seconds", 0.0), compute = p.value("compute_seconds", 0.0);
+        const double steps = p.value("steps", 0.0), train = p.value("train_seconds", 0.0);
+        rows.push_back({{"rank", p.value("rank", 0)},
+                        {"host", p.value("host", std::string())},
+                        {"pid", p.value("pid", 0)},
+                        {"state", "finished"},
+                        {"step", p.value("steps", 0)},
+                        {"step_time", steps > 0 ? train / steps : 0.0},
+                        {"comm_share", comm + compute > 0 ? comm / (comm + compute) : 0.0},
+                        {"bytes_sent", p.value("comm_bytes", 0.0)},
+                        {"last_heartbeat", nullptr}});
+      }
+      m->set_worker_rows(rows);
+    }
   } else {
     m->set_state(rec->state);
   }
