@@ -76,11 +76,11 @@ class JobMonitor {
 
  private:
   struct Worker {
-    nlohmann::json joined;  // {host, pid} or null
-    nlohmann::json status;  // the worker's last published status or null
+    nlohmann::json joined;      // {host, pid} or null
+    nlohmann::json status;      // the worker's last published status or null
     std::string heartbeat;      // raw value of job/heartbeat/<rank> (a counter), "" if none
     double heartbeat_seen = 0;  // wall time the console saw it change
-    std::string exit;       // how the process ended, "" while running
+    std::string exit;           // how the process ended, "" while running
     bool exit_ok = true;
     double status_seen = 0;  // wall time the status last changed
   };
@@ -102,6 +102,5 @@ class JobMonitor {
   nlohmann::json worker_rows_;  // set_worker_rows(), or null
   double finished_ = 0;
 };
-
 
 }  // namespace cohort::monitor

@@ -9,11 +9,6 @@ using nlohmann::json;
 
 namespace {
 
-// Workers' heartbeats belong to the fault-tolerance layer; the console only shows the last one.
-std::string heartbeat_key(int rank) {
-  return "job/heartbeat/" + std::to_string(rank);
-}
-
 std::optional<std::string> read(store::Store& s, const std::string& key) {
   if (!s.check({key})) return std::nullopt;
   return store::to_string(s.get(key));
