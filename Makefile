@@ -5,7 +5,7 @@ BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: deps configure build run test install test-asan test-tsan bench-training bench-compare accuracy-compression format lint clean
+.PHONY: deps configure build run test install test-asan test-tsan bench-training bench-compare bench-recovery accuracy-compression format lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -40,6 +40,10 @@ bench-compare: build
 # epoch each, about 15 minutes on 2 cores); fails if a codec misses its accuracy target.
 accuracy-compression: build
 	scripts/compression-accuracy.sh
+
+# Recovery from a killed worker: Cohort against TorchElastic; writes its section of BENCHMARKS.md.
+bench-recovery: build
+	scripts/bench-recovery.sh
 
 PREFIX ?= /usr/local
 install: build
