@@ -51,11 +51,23 @@ WorkerAgent::~WorkerAgent() {
 void WorkerAgent::heartbeat_loop() {
   std::unique_ptr<store::TcpStore> store;
   auto next_beat = Clock::now();
+  auto last_through = Clock::now();  // the last heartbeat the coordinator got
   bool warned = false;
   for (;;) {
     {
       std::unique_lock lk(stop_mu_);
       if (stop_) return;
+    }
+    if (options_.failure_timeout.count() > 0 && !cut_off_.load() &&
+        Clock::now() - last_through >= options_.failure_timeout) {
+      cut_off_reason_ = "rank " + std::to_string(options_.rank) + ": no heartbeat reached the " +
+                        "coordinator " + options_.coordinator.str() + " for " +
+                        std::to_string(options_.failure_timeout.count()) +
+                        " ms: cut off from the job, which goes on without this worker";
+      cut_off_ = true;
+      spdlog::error("{}", cut_off_reason_);
+      std::lock_guard lk(comm_mu_);
+      if (comm_) comm_->abort(cut_off_reason_);
     }
     try {
       // A short connect timeout: a worker whose coordinator is gone must still exit promptly.
@@ -66,7 +78,8 @@ void WorkerAgent::heartbeat_loop() {
       }
       if (Clock::now() >= next_beat) {
         store->add(keys::heartbeat(options_.rank), 1);
-        next_beat = Clock::now() + options_.heartbeat;
+        last_through = Clock::now();
+        next_beat = last_through + options_.heartbeat;
       }
       const int epoch = connected_epoch_.load();
       const auto slice = std::min<Millis>(
@@ -104,8 +117,13 @@ void WorkerAgent::heartbeat_loop() {
   }
 }
 
+void WorkerAgent::throw_if_cut_off() const {
+  if (cut_off_.load()) throw ExcludedError(cut_off_reason_);
+}
+
 Membership WorkerAgent::wait_membership(int epoch, Clock::time_point deadline) {
   for (;;) {
+    throw_if_cut_off();
     try {
       store_.wait({keys::membership(epoch)}, kWatchSlice);
       return Membership::parse(to_string(store_.get(keys::membership(epoch))));
@@ -123,6 +141,7 @@ Membership WorkerAgent::wait_membership(int epoch, Clock::time_point deadline) {
 }
 
 Membership WorkerAgent::join() {
+  throw_if_cut_off();
   const int current = std::stoi(to_string(store_.get(keys::kEpoch)));
   Membership m = Membership::parse(to_string(store_.get(keys::membership(current))));
   if (m.rank_of(options_.rank) >= 0) return m;
@@ -137,6 +156,7 @@ Membership WorkerAgent::join() {
 }
 
 Membership WorkerAgent::rejoin(const Membership& current, const json& info) {
+  throw_if_cut_off();
   const int target = current.epoch + 1;
   store_.set(keys::ready(target, options_.rank), to_bytes(info.dump()));
   Membership m = wait_membership(target, Clock::now() + options_.join_timeout);

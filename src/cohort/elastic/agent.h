@@ -6,6 +6,11 @@
 // aborts the current communicator at once, so a rank blocked in a collective with a lost peer is
 // released within moments instead of at the collective's deadline; a "grow" request is only noted
 // (change_requested()) and the trainer switches at its next snapshot boundary.
+//
+// A worker none of whose heartbeats got through for failure_timeout is one the coordinator has
+// declared lost (it counts the same timeout): cut off from the job (a network partition, the
+// coordinator gone), it fences itself: it aborts its communicator and join()/rejoin() throw
+// ExcludedError, so an isolated worker never goes on training on its own.
 #pragma once
 
 #include <atomic>
@@ -48,6 +53,8 @@ struct AgentOptions {
   std::chrono::milliseconds heartbeat{1000};
   // How long a worker waits for a membership that includes it before giving up.
   std::chrono::milliseconds join_timeout{60000};
+  // No heartbeat through for this long: the worker is cut off and fences itself (0: never).
+  std::chrono::milliseconds failure_timeout{0};
   // Template of every epoch's communicator (rank, size and store_prefix are filled in).
   comm::CommConfig comm;
 };
@@ -80,17 +87,22 @@ class WorkerAgent {
 
   // Whether the coordinator asked for an epoch after the connected one.
   bool change_requested() const { return requested_.load() > connected_epoch_.load(); }
+  // Whether no heartbeat got through for failure_timeout (the worker is cut off from the job).
+  bool cut_off() const { return cut_off_.load(); }
   // Rank 0 of an epoch after a failure: the first step there is done (for recovery_seconds).
   void report_recovered(const Membership& m, const nlohmann::json& info);
 
  private:
   Membership wait_membership(int epoch, Clock::time_point deadline);
+  void throw_if_cut_off() const;
   void heartbeat_loop();
 
   store::Store& store_;
   AgentOptions options_;
   std::atomic<int> connected_epoch_{-1};
   std::atomic<int> requested_{-1};
+  std::atomic<bool> cut_off_{false};
+  std::string cut_off_reason_;  // written once before cut_off_ is set
 
   std::mutex comm_mu_;  // guards comm_ against the heartbeat thread's abort
   std::unique_ptr<comm::Communicator> comm_;

@@ -70,6 +70,7 @@ int run_worker(const WorkerOptions& options) {
                  .heartbeat = ms(cfg.elastic.heartbeat_s),
                  // At least as long as the coordinator waits for the survivors and for joiners.
                  .join_timeout = ms(cfg.elastic.join_timeout_s + 2 * cfg.elastic.failure_timeout_s),
+                 .failure_timeout = ms(cfg.elastic.failure_timeout_s),
                  .comm = {.token = options.token,
                           .bind_host = options.bind_host,
                           .timeout = ms(cfg.comm.timeout_s)}});
