@@ -245,5 +245,46 @@ TEST(WorkerAgent, AbortRequestReleasesBlockedSurvivorsWhoMeetInTheNextEpoch) {
   EXPECT_NE((*lost)["cause"].get<std::string>().find("heartbeat missed"), std::string::npos);
 }
 
+// A worker whose heartbeats cannot reach the coordinator (here: nothing listens where it sends
+// them) for failure_timeout fences itself: it is cut off, and rejoining throws ExcludedError.
+// A worker whose heartbeats get through is not cut off over the same time.
+TEST(WorkerAgent, WorkerWhoseHeartbeatsDoNotGetThroughFencesItself) {
+  Coordinator c(options(1, 1, 1000ms));
+  net::Endpoint nowhere{"127.0.0.1", 0};
+  {
+    auto l = net::Listener::bind("127.0.0.1", 0);
+    nowhere.port = l.port();
+  }  // closed: connections to it are refused
+  store::TcpStore s(c.endpoint(), kToken);
+  auto make_agent = [&](const net::Endpoint& heartbeats_to) {
+    return std::make_unique<WorkerAgent>(s, AgentOptions{.coordinator = heartbeats_to,
+                                                         .token = kToken,
+                                                         .rank = 0,
+                                                         .heartbeat = 50ms,
+                                                         .join_timeout = 5000ms,
+                                                         .failure_timeout = 300ms});
+  };
+  Membership m = make_agent(c.endpoint())->join();
+  {
+    auto reachable = make_agent(c.endpoint());
+    std::this_thread::sleep_for(800ms);
+    EXPECT_FALSE(reachable->cut_off());
+  }
+  auto agent = make_agent(nowhere);
+  auto t0 = Clock::now();
+  while (!agent->cut_off() && Clock::now() - t0 < 10000ms) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(agent->cut_off()) << "not fenced 10 s after its heartbeats stopped getting through";
+  EXPECT_GE(Clock::now() - t0, 300ms);
+  try {
+    agent->rejoin(m, {{"step", 1}});
+    ADD_FAILURE() << "a cut-off worker rejoined";
+  } catch (const ExcludedError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0: no heartbeat reached the coordinator"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(agent->join(), ExcludedError);
+}
+
 }  // namespace
 }  // namespace cohort::elastic
