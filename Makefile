@@ -5,7 +5,7 @@ BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: deps configure build run test install test-asan test-tsan bench-training bench-compare bench-recovery accuracy-compression format lint clean
+.PHONY: deps configure build run test install test-asan test-tsan bench-training bench-compare bench-recovery accuracy-compression bench-trace format lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -44,6 +44,10 @@ accuracy-compression: build
 # Recovery from a killed worker: Cohort against TorchElastic; writes its section of BENCHMARKS.md.
 bench-recovery: build
 	scripts/bench-recovery.sh
+
+# The cost of the timeline on step time (trace.enabled on against off).
+bench-trace: build
+	scripts/bench-trace.sh
 
 PREFIX ?= /usr/local
 install: build

@@ -225,5 +225,72 @@ TEST(DistributedDataParallel, OptimizerStateIsBroadcastFromRoot) {
   EXPECT_EQ(digests[0], digests[1]);
 }
 
+// Like run_ranks, with the collective fingerprint check on; collects each rank's error.
+std::vector<std::string> errors_on_ranks(int world, bool check_collectives,
+                                         const std::function<void(int, comm::Communicator&)>& fn) {
+  store::MemoryStore store;
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(world);
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        torch::set_num_threads(1);
+        auto c = comm::Communicator::create(store, {.rank = r,
+                                                    .size = world,
+                                                    .token = "ddp-test",
+                                                    .timeout = std::chrono::seconds(20),
+                                                    .check_collectives = check_collectives});
+        fn(r, *c);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+TEST(ConsistencyChecks, ARankThatSkipsAParameterIsCaughtBeforeDataMoves) {
+  auto errors = errors_on_ranks(2, /*check_collectives=*/true, [](int r, comm::Communicator& c) {
+    auto net = std::make_shared<Net>();
+    // Rank 1 leaves fc2.bias out of DDP: its gradient bucket is 32 elements shorter.
+    if (r == 1) net->fc2->bias.set_requires_grad(false);
+    DistributedDataParallel ddp(net, c);
+    auto loss =
+        torch::nn::functional::cross_entropy(net->forward(batch_for(r, 0)), labels_for(r, 0));
+    ddp.backward(loss);
+  });
+  const int total = 20 * 64 + 64 + 64 * 32 + 32 + 32 * 5 + 5;
+  for (int r = 0; r < 2; ++r) {
+    const std::string& e = errors[r];
+    EXPECT_NE(e.find("collective mismatch"), std::string::npos) << "rank " << r << ": " << e;
+    EXPECT_NE(e.find("of " + std::to_string(total) + " f32"), std::string::npos) << e;
+    EXPECT_NE(e.find("of " + std::to_string(total - 32) + " f32"), std::string::npos) << e;
+    EXPECT_NE(e.find(r == 0 ? "but rank 1 called" : "rank 1 called"), std::string::npos) << e;
+  }
+}
+
+TEST(ConsistencyChecks, AFlippedBitInOneReplicaIsNamedWithItsTensor) {
+  auto errors = errors_on_ranks(3, /*check_collectives=*/false, [](int r, comm::Communicator& c) {
+    auto net = std::make_shared<Net>();
+    DistributedDataParallel ddp(net, c);
+    ddp.check_parameters("step 0");  // identical after the initial broadcast: passes
+    if (r == 2) {
+      torch::NoGradGuard no_grad;
+      auto w = net->fc2->weight.data();
+      auto* p = reinterpret_cast<uint32_t*>(w.data_ptr<float>());
+      p[17] ^= 1u << 3;  // one low mantissa bit of one element
+    }
+    ddp.check_parameters("step 20");
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(errors[r].find("parameters diverged at step 20: rank 2's 'fc2.weight' (tensor 2 of 6)"
+                             " differs from rank 0's"),
+              std::string::npos)
+        << "rank " << r << ": " << errors[r];
+    EXPECT_NE(errors[r].find("2 of 3 ranks agree"), std::string::npos) << errors[r];
+  }
+}
+
 }  // namespace
 }  // namespace cohort::ddp

@@ -378,6 +378,69 @@ TEST(JobConfig, EveryKeyIsDocumented) {
   }
 }
 
+TEST(JobConfigFaults, ParsesEveryKindAndRoundTrips) {
+  JobConfig c = parse_job_config(R"(
+workers: 3
+faults:
+  - {kind: kill, rank: 2, at_step: 40}
+  - {kind: hang, rank: 1, at_step: 7}
+  - {kind: hang, rank: 0, at_step: 9, seconds: 2.5}
+  - {kind: slow, rank: 1, seconds: 0.25}
+  - kind: disconnect
+    rank: 0
+    at_step: 3
+debug: {check_collectives: true, check_params_every: 50, hang_timeout_s: 20,
+        flight_recorder_entries: 64}
+)",
+                                 "job.yaml");
+  ASSERT_EQ(c.faults.size(), 5u);
+  EXPECT_EQ(c.faults[0], (FaultConfig{.kind = FaultKind::Kill, .rank = 2, .at_step = 40}));
+  EXPECT_EQ(c.faults[1], (FaultConfig{.kind = FaultKind::Hang, .rank = 1, .at_step = 7}));
+  EXPECT_EQ(c.faults[2].seconds, 2.5);
+  EXPECT_EQ(c.faults[3],
+            (FaultConfig{.kind = FaultKind::Slow, .rank = 1, .at_step = 0, .seconds = 0.25}));
+  EXPECT_EQ(c.faults[4].kind, FaultKind::Disconnect);
+  EXPECT_TRUE(c.debug.check_collectives);
+  EXPECT_EQ(c.debug.check_params_every, 50);
+  EXPECT_EQ(c.debug.hang_timeout_s, 20);
+  EXPECT_EQ(c.debug.flight_recorder_entries, 64);
+  EXPECT_EQ(parse_job_config(to_yaml(c), "resolved.yaml"), c);
+  EXPECT_TRUE(parse_job_config("", "job.yaml").faults.empty());
+  EXPECT_EQ(parse_job_config("", "job.yaml",
+                             {.overrides = {"workers=2", "faults=[{kind: hang, rank: 1}]"}})
+                .faults.size(),
+            1u);
+}
+
+TEST(JobConfigFaults, ErrorsNameTheElementAndItsKey) {
+  EXPECT_EQ(error_of("workers: 2\nfaults:\n  - {kind: kill, rank: 2}\n"),
+            "job.yaml:3:24: faults[0].rank: expected a rank in [0, 1] (workers is 2), got 2");
+  EXPECT_EQ(
+      error_of("workers: 2\nfaults:\n  - {kind: kill, rank: 0}\n  - {kind: freeze, rank: 0}\n"),
+      "job.yaml:4:12: faults[1].kind: expected one of kill, hang, slow, disconnect, got "
+      "\"freeze\"");
+  EXPECT_EQ(error_of("faults:\n  - {kind: slow, rank: 0}\n"),
+            "job.yaml:2:5: faults[0]: a slow fault needs seconds: the time each step takes longer");
+  EXPECT_EQ(error_of("faults:\n  - {kind: kill, rank: 0, seconds: 3}\n"),
+            "job.yaml:2:36: faults[0].seconds: does not apply when the kind is kill (only to slow "
+            "and hang)");
+  EXPECT_EQ(error_of("faults:\n  - {kind: kill, rnak: 0}\n"),
+            "job.yaml:2:18: faults[0].rnak: unknown key; did you mean 'rank'?");
+  EXPECT_EQ(error_of("faults:\n  - {rank: 0}\n"),
+            "job.yaml:2:5: faults[0]: a fault needs a kind (kill, hang, slow or disconnect)");
+  EXPECT_EQ(error_of("faults: {kind: kill}\n"),
+            "job.yaml:1:9: faults: expected a list of faults, got a map");
+  EXPECT_EQ(
+      error_of("faults: [kill]\n"),
+      "job.yaml:1:10: faults[0]: expected a map {kind, rank, at_step, seconds}, got \"kill\"");
+  EXPECT_EQ(error_of("faults: [{kind: hang, rank: 0, at_step: -1}]"),
+            "job.yaml:1:41: faults[0].at_step: expected a non-negative integer, got -1");
+  EXPECT_EQ(error_of("debug: {check_params_every: -5}"),
+            "job.yaml:1:29: debug.check_params_every: expected a non-negative integer, got -5");
+  EXPECT_EQ(error_of("debug: {check_colectives: true}"),
+            "job.yaml:1:9: debug.check_colectives: unknown key; did you mean 'check_collectives'?");
+}
+
 TEST(YamlReader, EditDistanceAndClosestMatch) {
   EXPECT_EQ(edit_distance("batchsize", "batch_size"), 1u);
   EXPECT_EQ(edit_distance("bacth", "batch"), 1u);

@@ -9,6 +9,7 @@ int submit_main(int argc, char** argv);
 int jobs_main(int argc, char** argv);
 int cancel_main(int argc, char** argv);
 int logs_main(int argc, char** argv);
+int trace_main(int argc, char** argv);
 #ifdef COHORT_WITH_TRAINING
 int run_main(int argc, char** argv);
 int worker_main(int argc, char** argv);
@@ -28,6 +29,7 @@ const std::vector<Command>& commands() {
       {"jobs", "list cohort serve's jobs", jobs_main},
       {"cancel", "cancel a job of cohort serve", cancel_main},
       {"logs", "show a job's logs from cohort serve", logs_main},
+      {"trace", "merge a job's per-rank timelines into one trace.json", trace_main},
   };
   return kCommands;
 }

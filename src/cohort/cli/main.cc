@@ -17,6 +17,7 @@ void usage(std::ostream& os) {
         "  serve             the console of every job on this machine, with their history\n"
         "  submit JOB.yaml   queue a job with cohort serve; jobs, cancel JOB, logs JOB\n"
         "  bench allreduce   measure collectives across local processes\n"
+        "  trace merge DIR   merge a job's per-rank timelines into DIR/trace.json\n"
         "  version           print the version\n"
         "\nRun 'cohort <command> --help' for a command's options.\n";
 }

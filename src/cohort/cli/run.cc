@@ -6,6 +6,8 @@
 //   logs/rank-N.log  each worker's own log
 //   checkpoints/     periodic checkpoints (written by rank 0)
 //   summary.json     the outcome
+//   hang-report.txt  when a collective timed out or no rank made progress for debug.hang_timeout_s:
+//                    every rank's flight recorder and the diagnosis (trace/hang_report.h)
 // Ctrl-C (SIGINT) or SIGTERM stops every worker and the job ends as "cancelled"; workers also die
 // with the launcher if it is killed (PR_SET_PDEATHSIG), so no process is ever orphaned.
 #include <signal.h>
@@ -32,8 +34,11 @@
 #include "cohort/cli/commands.h"
 #include "cohort/cli/job_files.h"
 #include "cohort/elastic/coordinator.h"
+#include "cohort/elastic/job_protocol.h"
 #include "cohort/elastic/process.h"
 #include "cohort/monitor/live_console.h"
+#include "cohort/store/tcp_store.h"
+#include "cohort/trace/hang_report.h"
 #include "cohort/train/config.h"
 #include "cohort/train/worker.h"
 
@@ -234,6 +239,41 @@ std::unique_ptr<monitor::LiveConsole> start_console(const train::JobConfig& cfg,
   return console;
 }
 
+// What the launcher can see of a worker that did not answer a request for its flight record.
+std::string process_note(elastic::ChildProcess& w) {
+  const std::string pid = "pid " + std::to_string(w.pid());
+  if (auto st = w.poll()) return "its process " + pid + " " + st->describe();
+  std::ifstream in("/proc/" + std::to_string(w.pid()) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  auto close = stat.rfind(')');  // the state follows the parenthesised command name
+  char state = close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+  if (state == 'T' || state == 't') return pid + " is stopped (SIGSTOP or a debugger)";
+  if (state == 'D') return pid + " is blocked in the kernel (uninterruptible sleep)";
+  if (state == 'Z') return pid + " has exited";
+  return pid + " is running but did not answer";
+}
+
+// Collects every rank's flight record, writes hang-report.txt and prints the diagnosis.
+void report_hang(trace::HangWatch& watch, std::map<int, elastic::ChildProcess>& workers,
+                 const fs::path& run_dir, EventLog& events, const std::string& cause) {
+  auto ranks = watch.collect(std::chrono::seconds(3));
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    auto w = workers.find(static_cast<int>(r));
+    if (!ranks[r].report && w != workers.end()) ranks[r].note = process_note(w->second);
+  }
+  trace::HangDiagnosis d = trace::diagnose_hang(ranks);
+  write_file_atomically(run_dir / "hang-report.txt", cause + "\n\n" + d.text());
+  events.write({{"event", "hang_report"},
+                {"cause", cause},
+                {"diagnosis", d.headline},
+                {"ranks", d.culprits},
+                {"collective", d.stuck_seq}});
+  std::fprintf(stderr, "\ncohort: %s\ncohort: diagnosis: %s\ncohort: details in %s\n",
+               cause.c_str(), d.headline.c_str(), (run_dir / "hang-report.txt").c_str());
+  std::fflush(stderr);
+}
+
 int usage(std::ostream& os, int code) {
   os << "usage: cohort run JOB.yaml [--set key=value]... [--run-dir DIR]\n"
         "       cohort run --resume RUN_DIR [--set key=value]...\n"
@@ -358,6 +398,11 @@ int run_main(int argc, char** argv) {
     return false;
   };
 
+  store::TcpStore debug_store({"127.0.0.1", ep.port}, token);
+  trace::HangWatch hang_watch(debug_store, elastic::keys::kDebugPrefix,
+                              static_cast<int>(cfg.workers), cfg.debug.hang_timeout_s);
+  auto next_hang_check = Clock::now();
+
   std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
   ProgressPrinter progress;
   std::string status = "completed", error;
@@ -392,6 +437,10 @@ int run_main(int argc, char** argv) {
     if (auto reported = coordinator.failure()) {
       status = "failed";
       error = "rank " + std::to_string(reported->first) + ": " + reported->second;
+      if (cfg.workers > 1 &&
+          (hang_watch.timeout_reported() || error.find("timed out") != std::string::npos)) {
+        report_hang(hang_watch, workers, run_dir, events, "a collective timed out: " + error);
+      }
       break;
     }
     for (auto& [r, w] : workers) {
@@ -435,6 +484,10 @@ int run_main(int argc, char** argv) {
     if (auto why = coordinator.abandoned()) {
       status = "failed";
       error = (losses.empty() ? "" : "lost " + losses.back() + "; ") + *why;
+      if (cfg.workers > 1 &&
+          (hang_watch.timeout_reported() || error.find("timed out") != std::string::npos)) {
+        report_hang(hang_watch, workers, run_dir, events, "a collective timed out: " + error);
+      }
       break;
     }
     if (coordinator.summaries()) break;
@@ -443,6 +496,15 @@ int run_main(int argc, char** argv) {
       error = "every worker exited without a final summary" +
               (losses.empty() ? std::string() : " (lost " + losses.back() + ")");
       break;
+    }
+    if (Clock::now() >= next_hang_check) {
+      next_hang_check = Clock::now() + std::chrono::seconds(1);
+      if (hang_watch.stalled()) {
+        progress.end_line();
+        report_hang(hang_watch, workers, run_dir, events,
+                    "no rank made progress for " +
+                        std::to_string(static_cast<long>(cfg.debug.hang_timeout_s)) + " s");
+      }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

@@ -16,6 +16,7 @@
 
 #include "cohort/base/dtype.h"
 #include "cohort/comm/encoding.h"
+#include "cohort/comm/flight_recorder.h"
 #include "cohort/comm/types.h"
 #include "cohort/comm/work.h"
 #include "cohort/store/store.h"
@@ -43,6 +44,17 @@ struct CommConfig {
   // "<prefix>/stuck/<seq>/<rank>" (what a rank waited for when collective #seq timed out). Use a
   // fresh prefix for every communicator built on one store (e.g. one per membership epoch).
   std::string store_prefix = "comm";
+  // How many recent collectives the flight recorder keeps (flight_recorder.h).
+  size_t flight_recorder_entries = 256;
+  // A recorder that outlives this communicator (a worker keeps one across membership epochs, so
+  // that its reporter and its step hooks need not follow each new communicator). It is cleared
+  // when the communicator starts: sequence numbers begin again at 1. Null: a recorder of its own.
+  std::shared_ptr<FlightRecorder> flight_recorder;
+  // Before each collective, every rank sends every other rank the collective's fingerprint
+  // (operation, element type, count, reduction or root, sequence number) and compares: ranks that
+  // issue different collectives fail with CollectiveMismatchError naming both sides, before any
+  // data moves. Costs one small message to every peer per collective; for debugging.
+  bool check_collectives = false;
 };
 
 // Totals since the communicator was created (all ranks' own view).
@@ -90,6 +102,13 @@ class Communicator {
   // Fails every pending operation with AbortedError(reason) and closes all connections.
   virtual void abort(const std::string& reason) = 0;
   virtual CommStats stats() const = 0;
+
+  // This rank's record of its recent collectives and of what it is doing (always on).
+  virtual FlightRecorder& flight_recorder() = 0;
+  // Fault injection: cuts every connection to the peers as a network failure would, without
+  // marking this communicator aborted, so the next operation here and on the peers fails as on a
+  // lost peer.
+  virtual void cut_connections() = 0;
 };
 
 }  // namespace cohort::comm

@@ -4,9 +4,13 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+
+#include "cohort/comm/flight_recorder.h"
 
 namespace cohort::comm {
 namespace {
@@ -289,7 +293,11 @@ class Engine {
       }
     }
     for (;;) {
+      const auto t0 = std::chrono::steady_clock::now();
       int rc = ::poll(fds, n, deadline.poll_timeout_ms());
+      if (OpTiming* timing = t_op_timing) {
+        timing->wait_ns += (std::chrono::steady_clock::now() - t0).count();
+      }
       if (rc > 0) break;
       if (rc < 0 && errno != EINTR) throw SystemError("poll", errno);
       if (rc == 0 && deadline.expired()) {
@@ -319,6 +327,11 @@ class Engine {
 
 void exchange(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, RecvPlan* recv,
               Deadline deadline) {
+  if (OpTiming* timing = t_op_timing) {
+    for (int peer : {send ? send->peer : -1, recv ? recv->peer : -1}) {
+      if (peer >= 0) timing->peers |= uint64_t{1} << std::min(peer, 63);
+    }
+  }
   Engine(mesh, counters, id, send, recv).run(deadline);
 }
 

@@ -8,11 +8,13 @@
 // vectorise on their own.
 #include "cohort/comm/reduce.h"
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
 #include "cohort/base/error.h"
+#include "cohort/comm/flight_recorder.h"
 #include "cohort/comm/half.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -208,7 +210,11 @@ void div_f16(void* p, size_t n, int d) {
 
 void reduce(DType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count) {
   if (count == 0) return;
+  OpTiming* timing = t_op_timing;
+  if (!timing) return pick(dtype, op)(dst, a, b, count);
+  const auto t0 = std::chrono::steady_clock::now();
   pick(dtype, op)(dst, a, b, count);
+  timing->reduce_ns += (std::chrono::steady_clock::now() - t0).count();
 }
 
 void divide(DType dtype, void* data, size_t count, int divisor) {

@@ -92,7 +92,11 @@ TcpCommunicator::TcpCommunicator(store::Store& store, const CommConfig& config, 
     : store_(store),
       config_(config),
       mesh_(std::move(mesh)),
+      recorder_(config.flight_recorder
+                    ? config.flight_recorder
+                    : std::make_shared<FlightRecorder>(config.rank, config.flight_recorder_entries)),
       runner_(std::make_shared<Runner>(this)) {
+  recorder_->restart();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -120,8 +124,14 @@ std::string TcpCommunicator::what_of(const Op& op) const {
 std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype,
                                                std::chrono::milliseconds timeout,
                                                std::function<void(OpContext&)> body, uint32_t tag,
-                                               int peer, const std::string& p2p_name) {
+                                               int peer, const std::string& p2p_name,
+                                               const Op* shape) {
   Op op;
+  if (shape) {
+    op.count = shape->count;
+    op.algorithm = shape->algorithm;
+    op.detail = shape->detail;
+  }
   op.id = OpId{.kind = kind, .seq = 0, .dtype = dtype, .tag = tag,
                .skip_empty = kind != OpKind::PointToPoint};
   op.peer = peer;
@@ -135,11 +145,17 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype,
     } else {
       op.id.seq = next_seq_++;
       op.work = std::make_shared<Work>(std::string(op_kind_name(kind)), op.id.seq, runner_);
+      recorder_->on_queued(CollectiveRecord{.seq = op.id.seq,
+                                           .kind = kind,
+                                           .dtype = dtype,
+                                           .count = op.count,
+                                           .algorithm = op.algorithm});
     }
     fatal = fatal_;
     if (!fatal) queue_.push_back(op);
   }
   if (fatal) {
+    if (kind != OpKind::PointToPoint) recorder_->on_finished(op.id.seq, false);
     op.work->fail(fatal);
     return op.work;
   }
@@ -152,15 +168,22 @@ std::shared_ptr<Work> TcpCommunicator::allreduce(Buffer buf, const AllreduceOpti
   Algorithm algo = opts.algorithm;
   if (algo == Algorithm::Auto) algo = choose_allreduce(buf.bytes(), size());
   const ReduceOp op = opts.op;
-  return enqueue(OpKind::Allreduce, buf.dtype, opts.timeout, [buf, algo, op](OpContext& ctx) {
-    if (algo == Algorithm::HalvingDoubling) {
-      allreduce_halving_doubling(ctx, buf, op);
-    } else if (algo == Algorithm::RecursiveDoubling) {
-      allreduce_recursive_doubling(ctx, buf, op);
-    } else {
-      allreduce_ring(ctx, buf, op);
-    }
-  });
+  Op shape;
+  shape.count = buf.count;
+  shape.algorithm = algo;
+  shape.detail = static_cast<int>(op);
+  return enqueue(
+      OpKind::Allreduce, buf.dtype, opts.timeout,
+      [buf, algo, op](OpContext& ctx) {
+        if (algo == Algorithm::HalvingDoubling) {
+          allreduce_halving_doubling(ctx, buf, op);
+        } else if (algo == Algorithm::RecursiveDoubling) {
+          allreduce_recursive_doubling(ctx, buf, op);
+        } else {
+          allreduce_ring(ctx, buf, op);
+        }
+      },
+      0, -1, "", &shape);
 }
 
 // reduce_scatter and allgather: `whole` holds size() blocks of `block`'s shape and type.
@@ -181,8 +204,13 @@ std::shared_ptr<Work> TcpCommunicator::reduce_scatter(Buffer in, Buffer out,
   check_block_shapes("reduce_scatter", "in must hold size() * out.count elements of out's type",
                      /*whole=*/in, /*block=*/out, size());
   const ReduceOp op = opts.op;
-  return enqueue(OpKind::ReduceScatter, in.dtype, opts.timeout,
-                 [in, out, op](OpContext& ctx) { reduce_scatter_ring(ctx, in, out, op); });
+  Op shape;
+  shape.count = in.count;
+  shape.algorithm = Algorithm::Ring;
+  shape.detail = static_cast<int>(op);
+  return enqueue(
+      OpKind::ReduceScatter, in.dtype, opts.timeout,
+      [in, out, op](OpContext& ctx) { reduce_scatter_ring(ctx, in, out, op); }, 0, -1, "", &shape);
 }
 
 std::shared_ptr<Work> TcpCommunicator::allgather(Buffer in, Buffer out,
@@ -191,8 +219,12 @@ std::shared_ptr<Work> TcpCommunicator::allgather(Buffer in, Buffer out,
   check_buffer("allgather", out);
   check_block_shapes("allgather", "out must hold size() * in.count elements of in's type",
                      /*whole=*/out, /*block=*/in, size());
-  return enqueue(OpKind::Allgather, in.dtype, opts.timeout,
-                 [in, out](OpContext& ctx) { allgather_ring(ctx, in, out); });
+  Op shape;
+  shape.count = out.count;
+  shape.algorithm = Algorithm::Ring;
+  return enqueue(
+      OpKind::Allgather, in.dtype, opts.timeout,
+      [in, out](OpContext& ctx) { allgather_ring(ctx, in, out); }, 0, -1, "", &shape);
 }
 
 std::shared_ptr<Work> TcpCommunicator::allreduce_encoded(Buffer buf, Encoding& encoding,
@@ -239,8 +271,12 @@ std::shared_ptr<Work> TcpCommunicator::broadcast(Buffer buf, const BroadcastOpti
                       std::to_string(size()));
   }
   const int root = opts.root;
-  return enqueue(OpKind::Broadcast, buf.dtype, opts.timeout,
-                 [buf, root](OpContext& ctx) { comm::broadcast(ctx, buf, root); });
+  Op shape;
+  shape.count = buf.count;
+  shape.detail = root;
+  return enqueue(
+      OpKind::Broadcast, buf.dtype, opts.timeout,
+      [buf, root](OpContext& ctx) { comm::broadcast(ctx, buf, root); }, 0, -1, "", &shape);
 }
 
 std::shared_ptr<Work> TcpCommunicator::barrier(const CollectiveOptions& opts) {
@@ -286,6 +322,7 @@ void TcpCommunicator::abort(const std::string& reason) {
   // Wakes the communication thread if it is blocked on a socket; it then fails its operation.
   mesh_.shutdown_all();
   for (auto& op : pending) {
+    if (op.id.kind != OpKind::PointToPoint) recorder_->on_finished(op.id.seq, false);
     op.work->fail(std::make_exception_ptr(AbortedError(what_of(op) + " aborted: " + reason)));
   }
   cv_.notify_all();
@@ -342,13 +379,20 @@ void TcpCommunicator::run_until(const Work& work, std::chrono::milliseconds limi
 }
 
 void TcpCommunicator::execute(Op& op) {
+  const bool collective = op.id.kind != OpKind::PointToPoint;
   {
     std::lock_guard lk(mu_);
     if (fatal_) {
+      if (collective) recorder_->on_finished(op.id.seq, false);
       op.work->fail(fatal_);
       return;
     }
   }
+  if (collective) recorder_->on_started(op.id.seq, op.algorithm);
+  OpTiming timing;
+  t_op_timing = &timing;
+  const uint64_t sent_before = counters_.sent.load(std::memory_order_relaxed);
+  auto sent = [&] { return counters_.sent.load(std::memory_order_relaxed) - sent_before; };
   OpContext ctx{.mesh = mesh_,
                 .counters = counters_,
                 .id = op.id,
@@ -356,13 +400,79 @@ void TcpCommunicator::execute(Op& op) {
                 .chunk_bytes = config_.chunk_bytes,
                 .scratch = scratch_};
   try {
+    if (collective && config_.check_collectives && mesh_.size() > 1) check_fingerprint(ctx, op);
     op.body(ctx);
   } catch (...) {
+    t_op_timing = nullptr;
+    if (collective) recorder_->on_finished(op.id.seq, false, &timing, sent());
     op.work->fail(fail(op, std::current_exception()));
     return;
   }
-  if (op.id.kind != OpKind::PointToPoint) collectives_.fetch_add(1, std::memory_order_relaxed);
+  t_op_timing = nullptr;
+  if (collective) {
+    recorder_->on_finished(op.id.seq, true, &timing, sent());
+    collectives_.fetch_add(1, std::memory_order_relaxed);
+  }
   op.work->finish();
+}
+
+namespace {
+
+// A collective's fingerprint on the wire: what every rank must agree on before data moves.
+struct Fingerprint {
+  int64_t seq, kind, dtype, count, detail, algorithm;
+  bool operator==(const Fingerprint&) const = default;
+};
+static_assert(sizeof(Fingerprint) == 6 * sizeof(int64_t));
+
+std::string describe_fingerprint(const Fingerprint& f) {
+  const auto kind = static_cast<OpKind>(f.kind);
+  std::string s = std::string(op_kind_name(kind)) + " #" + std::to_string(f.seq) + " of " +
+                  std::to_string(f.count) + " " +
+                  std::string(dtype_name(static_cast<DType>(f.dtype)));
+  if (kind == OpKind::Allreduce || kind == OpKind::ReduceScatter) {
+    s += ", " + std::string(reduce_op_name(static_cast<ReduceOp>(f.detail)));
+  }
+  if (kind == OpKind::Allreduce) {
+    s += ", " + std::string(algorithm_name(static_cast<Algorithm>(f.algorithm)));
+  }
+  if (kind == OpKind::Broadcast) s += " from root " + std::to_string(f.detail);
+  return s;
+}
+
+}  // namespace
+
+void TcpCommunicator::check_fingerprint(OpContext& ctx, const Op& op) {
+  const int n = size(), me = rank();
+  Fingerprint mine{static_cast<int64_t>(op.id.seq),
+                   static_cast<int64_t>(op.id.kind),
+                   static_cast<int64_t>(op.id.dtype),
+                   static_cast<int64_t>(op.count),
+                   op.detail,
+                   static_cast<int64_t>(op.algorithm)};
+  std::vector<Fingerprint> theirs(static_cast<size_t>(n));
+  // The exchange runs under an id of its own, so a peer that issued a different operation under
+  // this sequence number still reads this message as a fingerprint.
+  const OpId fid{.kind = OpKind::Barrier, .seq = op.id.seq, .dtype = DType::I64};
+  for (int d = 1; d < n; ++d) {
+    const int to = (me + d) % n, from = (me - d + n) % n;
+    SendPlan send{.peer = to, .count = 1, .segment = [&](size_t) {
+                    return Segment{reinterpret_cast<uint8_t*>(&mine), sizeof(mine)};
+                  }};
+    RecvPlan recv{.peer = from, .count = 1, .segment = [&](size_t) {
+                    return Segment{reinterpret_cast<uint8_t*>(&theirs[static_cast<size_t>(from)]),
+                                   sizeof(Fingerprint)};
+                  }};
+    exchange(ctx.mesh, ctx.counters, fid, &send, &recv, ctx.deadline);
+  }
+  for (int r = 0; r < n; ++r) {
+    if (r == me || theirs[static_cast<size_t>(r)] == mine) continue;
+    throw CollectiveMismatchError(
+        op.id.seq, r,
+        "collective mismatch at sequence number " + std::to_string(op.id.seq) + ": rank " +
+            std::to_string(me) + " called " + describe_fingerprint(mine) + " but rank " +
+            std::to_string(r) + " called " + describe_fingerprint(theirs[static_cast<size_t>(r)]));
+  }
 }
 
 std::exception_ptr TcpCommunicator::fail(const Op& op, std::exception_ptr raw) {
@@ -384,6 +494,8 @@ std::exception_ptr TcpCommunicator::fail(const Op& op, std::exception_ptr raw) {
       err = timed_out(op, e);
     } catch (const PeerLostError& e) {
       err = peer_lost(op, e);
+    } catch (const CollectiveMismatchError&) {
+      err = raw;  // already names both ranks and both collectives
     } catch (const ProtocolError& e) {
       err = std::make_exception_ptr(ProtocolError(what_of(op) + " failed on rank " +
                                                   std::to_string(rank()) + ": " + e.what()));
@@ -426,7 +538,10 @@ std::exception_ptr TcpCommunicator::fail(const Op& op, std::exception_ptr raw) {
     }
   }
   mesh_.shutdown_all();
-  for (auto& p : pending) p.work->fail(err);
+  for (auto& p : pending) {
+    if (p.id.kind != OpKind::PointToPoint) recorder_->on_finished(p.id.seq, false);
+    p.work->fail(err);
+  }
   return err;
 }
 

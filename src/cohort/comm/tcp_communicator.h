@@ -39,19 +39,29 @@ class TcpCommunicator final : public Communicator {
   std::shared_ptr<Work> recv(Buffer buf, int src, const PointToPointOptions& opts) override;
   void abort(const std::string& reason) override;
   CommStats stats() const override;
+  FlightRecorder& flight_recorder() override { return *recorder_; }
+  void cut_connections() override { mesh_.shutdown_all(); }
 
  private:
   struct Op {
     std::shared_ptr<Work> work;
     OpId id;
     int peer = -1;  // send/recv only
+    // What check_collectives compares and the flight recorder shows.
+    uint64_t count = 0;
+    Algorithm algorithm = Algorithm::Auto;
+    int detail = 0;  // the reduction (allreduce, reduce_scatter) or the root (broadcast)
     std::chrono::milliseconds timeout{0};
     std::function<void(OpContext&)> body;
   };
 
+  // `shape` carries count, algorithm and detail into the queued Op.
   std::shared_ptr<Work> enqueue(OpKind kind, DType dtype, std::chrono::milliseconds timeout,
                                 std::function<void(OpContext&)> body, uint32_t tag = 0,
-                                int peer = -1, const std::string& p2p_name = "");
+                                int peer = -1, const std::string& p2p_name = "",
+                                const Op* shape = nullptr);
+  // check_collectives: exchanges op's fingerprint with every peer; CollectiveMismatchError.
+  void check_fingerprint(OpContext& ctx, const Op& op);
   class Runner;
   void loop();
   // Runs queued operations up to and including `work` on the calling thread, unless one is in
@@ -73,6 +83,7 @@ class TcpCommunicator final : public Communicator {
   Counters counters_;
   std::vector<uint8_t> scratch_;  // communication thread only
   std::atomic<uint64_t> collectives_{0};
+  std::shared_ptr<FlightRecorder> recorder_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

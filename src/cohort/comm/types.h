@@ -66,4 +66,17 @@ class CollectiveTimeoutError : public TimeoutError {
   std::vector<int> ranks_;
 };
 
+// Ranks issued different collectives under one sequence number (found by check_collectives).
+class CollectiveMismatchError : public ProtocolError {
+ public:
+  CollectiveMismatchError(uint64_t seq, int other_rank, const std::string& what)
+      : ProtocolError(what), seq_(seq), other_rank_(other_rank) {}
+  uint64_t sequence() const { return seq_; }
+  int other_rank() const { return other_rank_; }
+
+ private:
+  uint64_t seq_;
+  int other_rank_;
+};
+
 }  // namespace cohort::comm

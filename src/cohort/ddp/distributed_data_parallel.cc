@@ -3,6 +3,7 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <sstream>
 
 #include "cohort/base/checksum.h"
@@ -166,6 +167,11 @@ void DistributedDataParallel::launch(Bucket& b) {
   b.work = comm_.allreduce(as_buffer(b.flat), {.op = comm::ReduceOp::Avg,
                                                .algorithm = options_.algorithm,
                                                .timeout = options_.timeout});
+  const auto index = static_cast<size_t>(&b - buckets_.data());
+  comm_.flight_recorder().set_label(b.work->sequence(), "bucket " + std::to_string(index));
+  if (options_.on_bucket_ready) {
+    options_.on_bucket_ready(index, static_cast<size_t>(b.flat.numel()) * b.flat.element_size());
+  }
 }
 
 void DistributedDataParallel::wait(Bucket& b) {
@@ -290,6 +296,64 @@ std::string DistributedDataParallel::parameter_digest() const {
   }
   Digest d = sha256(all.data(), all.size());
   return to_hex(d.data(), d.size());
+}
+
+namespace {
+
+// FNV-1a, 64 bits: a fingerprint of a tensor's bytes (not a defence against tampering).
+int64_t fnv1a(const void* data, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return static_cast<int64_t>(h);
+}
+
+}  // namespace
+
+void DistributedDataParallel::check_parameters(const std::string& when) {
+  const int world = comm_.size();
+  std::vector<std::string> names;
+  std::vector<int64_t> mine;
+  for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
+    auto t = item.value().detach().contiguous();
+    names.push_back(item.key());
+    mine.push_back(fnv1a(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size()));
+  }
+  const size_t n = mine.size();
+  std::vector<int64_t> all(n * static_cast<size_t>(world));
+  comm_
+      .allgather(Buffer{DType::I64, mine.data(), n}, Buffer{DType::I64, all.data(), all.size()},
+                 {.timeout = options_.timeout})
+      ->wait();
+  auto hash = [&](int r, size_t i) { return all[static_cast<size_t>(r) * n + i]; };
+  for (size_t i = 0; i < n; ++i) {
+    // The value most ranks hold (rank 0's on a tie) is the reference; the first rank that
+    // differs from it is named.
+    int best = 0, best_votes = 0;
+    for (int r = 0; r < world; ++r) {
+      int votes = 0;
+      for (int q = 0; q < world; ++q) votes += hash(q, i) == hash(r, i);
+      if (votes > best_votes) best = r, best_votes = votes;
+    }
+    for (int r = 0; r < world; ++r) {
+      if (hash(r, i) == hash(best, i)) continue;
+      const std::string& tensor = names[i];
+      char hashes[64];
+      std::snprintf(hashes, sizeof(hashes), "%016llx vs %016llx",
+                    static_cast<unsigned long long>(hash(r, i)),
+                    static_cast<unsigned long long>(hash(best, i)));
+      throw ReplicaDivergenceError(
+          r, tensor,
+          "parameters diverged at " + when + ": rank " + std::to_string(r) + "'s '" + tensor +
+              "' (tensor " + std::to_string(i) + " of " + std::to_string(names.size()) +
+              ") differs from rank " + std::to_string(best) + "'s (hash " + hashes + "); " +
+              std::to_string(best_votes) + " of " + std::to_string(world) +
+              " ranks agree with rank " + std::to_string(best));
+    }
+  }
 }
 
 }  // namespace cohort::ddp

@@ -17,10 +17,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cohort/base/error.h"
 #include "cohort/comm/communicator.h"
 #include "cohort/compress/codec.h"
 
@@ -38,6 +40,21 @@ struct DdpOptions {
   // Gradient compression of f32 buckets (compress/codec.h); buckets under compression.min_bytes
   // and buckets of other types are averaged uncompressed.
   compress::CompressionOptions compression = {};
+  // Called as each bucket's allreduce is launched (its gradients are all in): the timeline.
+  std::function<void(size_t bucket, size_t bytes)> on_bucket_ready = {};
+};
+
+// Replicas that should be identical are not: names the rank and the first tensor that differs.
+class ReplicaDivergenceError : public Error {
+ public:
+  ReplicaDivergenceError(int rank, std::string tensor, const std::string& what)
+      : Error(what), rank_(rank), tensor_(std::move(tensor)) {}
+  int rank() const { return rank_; }
+  const std::string& tensor() const { return tensor_; }
+
+ private:
+  int rank_;
+  std::string tensor_;
 };
 
 // Time and bytes spent on gradient synchronisation, cumulative.
@@ -81,6 +98,10 @@ class DistributedDataParallel {
 
   // SHA-256 over every parameter's bytes in registration order, hex.
   std::string parameter_digest() const;
+  // Compares a hash of every parameter across ranks (one allgather of one 64-bit hash per
+  // tensor). Throws ReplicaDivergenceError naming the rank that differs from the majority (from
+  // rank 0 on a tie) and the first differing tensor; `when` goes into the message ("step 20").
+  void check_parameters(const std::string& when);
 
   const DdpStats& stats() const { return stats_; }
   size_t bucket_count() const { return buckets_.size(); }

@@ -27,6 +27,7 @@
 //   job/waiting/<rank>    a joiner has loaded its data and waits to be admitted
 //   job/recovered/<e>     rank 0 of epoch e completed its first step there (JSON)
 //   job/abandoned         the coordinator gave up on the job (text); waiting workers stop
+//   job/debug/...         flight records and activity for hang reports (trace/hang_report.h)
 #pragma once
 
 #include <string>
@@ -89,5 +90,7 @@ inline std::string waiting(int rank) {
 inline std::string recovered(int epoch) {
   return "job/recovered/" + std::to_string(epoch);
 }
+// The flight records and activity of hang reports: trace::FlightReporter, trace::HangWatch.
+inline const std::string kDebugPrefix = "job/debug";
 
 }  // namespace cohort::elastic::keys

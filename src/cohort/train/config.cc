@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <limits>
@@ -23,7 +24,7 @@ const Schema& schema() {
   static const Schema s = {
       {"",
        {"name", "workers", "threads_per_worker", "model", "data", "train", "comm", "checkpoint",
-        "elastic", "dashboard"}},
+        "elastic", "dashboard", "faults", "debug", "trace"}},
       {"model", {"name"}},
       {"data", {"name", "path", "samples", "shape", "classes"}},
       {"train",
@@ -42,6 +43,10 @@ const Schema& schema() {
        {"min_workers", "max_workers", "heartbeat_s", "failure_timeout_s", "max_restarts",
         "snapshot_every_steps", "join_timeout_s"}},
       {"dashboard", {"enabled", "bind", "port"}},
+      {"faults[]", {"kind", "rank", "at_step", "seconds"}},
+      {"debug",
+       {"check_collectives", "check_params_every", "hang_timeout_s", "flight_recorder_entries"}},
+      {"trace", {"enabled", "max_pending_events"}},
   };
   return s;
 }
@@ -65,6 +70,8 @@ constexpr auto kModels = {ModelKind::Mlp, ModelKind::Cnn, ModelKind::ResNet};
 constexpr auto kDatasets = {DatasetKind::FashionMnist, DatasetKind::Mnist, DatasetKind::Synthetic};
 constexpr auto kOptimizers = {OptimizerKind::Sgd, OptimizerKind::Adam};
 constexpr auto kScalings = {LrScaling::None, LrScaling::Linear};
+constexpr auto kFaultKinds = {FaultKind::Kill, FaultKind::Hang, FaultKind::Slow,
+                              FaultKind::Disconnect};
 const std::vector<std::string> kAlgorithms = {"auto", "ring", "halving_doubling"};
 const std::vector<std::string> kCompressions = {"none", "fp16", "bf16", "int8", "topk", "powersgd"};
 
@@ -283,6 +290,75 @@ void read_dashboard(const YamlReader& r, const YAML::Node& root, DashboardConfig
   if (auto v = r.get_int(m, "dashboard.port", 0, 65535, "a port number in [0, 65535]")) d.port = *v;
 }
 
+// faults: a list of maps; element i's keys are named faults[i].key in errors.
+void read_faults(const YamlReader& r, const YAML::Node& root, int64_t workers,
+                 std::vector<FaultConfig>& out) {
+  YAML::Node list = YamlReader::child(root, "faults");
+  if (!list.IsDefined() || list.IsNull()) return;
+  if (!list.IsSequence()) {
+    r.fail("faults", list, "expected a list of faults, got " + YamlReader::describe(list));
+  }
+  const std::vector<std::string>& allowed = schema().at("faults[]");
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string at = "faults[" + std::to_string(i) + "]";
+    YAML::Node m = list[i];
+    if (!m.IsMap())
+      r.fail(at, m,
+             "expected a map {kind, rank, at_step, seconds}, got " + YamlReader::describe(m));
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      const std::string key = it->first.IsScalar() ? it->first.Scalar() : "?";
+      if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+        auto near = closest_match(key, allowed);
+        r.fail(at + "." + key, it->first,
+               "unknown key" + (near ? "; did you mean '" + *near + "'?" : std::string()));
+      }
+    }
+    FaultConfig f;
+    auto kind = r.get_choice(m, at + ".kind", names(kFaultKinds, fault_kind_name));
+    if (!kind) r.fail(at, m, "a fault needs a kind (kill, hang, slow or disconnect)");
+    f.kind = parse_enum(*kind, kFaultKinds, fault_kind_name);
+    auto rank = r.get_int(m, at + ".rank", 0, workers - 1,
+                          "a rank in [0, " + std::to_string(workers - 1) + "] (workers is " +
+                              std::to_string(workers) + ")");
+    if (!rank) r.fail(at, m, "a fault needs the rank it happens on");
+    f.rank = *rank;
+    if (auto v = r.get_int(m, at + ".at_step", 0, kMaxInt, "a non-negative integer")) {
+      f.at_step = *v;
+    }
+    const std::string when = "when the kind is " + *kind;
+    if (f.kind == FaultKind::Slow) {
+      auto s = r.get_number(m, at + ".seconds", 0, true, 3600, false,
+                            "a number of seconds in (0, 3600]");
+      if (!s) r.fail(at, m, "a slow fault needs seconds: the time each step takes longer");
+      f.seconds = *s;
+    } else if (f.kind == FaultKind::Hang) {
+      if (auto s = r.get_number(m, at + ".seconds", 0, false, 86400, false,
+                                "a number of seconds in [0, 86400] (0: for good)")) {
+        f.seconds = *s;
+      }
+    } else {
+      reject_if_present(r, m, at + ".seconds", when + " (only to slow and hang)");
+    }
+    out.push_back(f);
+  }
+}
+
+void read_debug(const YamlReader& r, const YAML::Node& root, DebugConfig& d) {
+  YAML::Node m = r.section(root, "debug");
+  if (auto v = r.get_bool(m, "debug.check_collectives")) d.check_collectives = *v;
+  if (auto v = r.get_int(m, "debug.check_params_every", 0, kMaxInt, "a non-negative integer")) {
+    d.check_params_every = *v;
+  }
+  if (auto v = r.get_number(m, "debug.hang_timeout_s", 0, false, 86400, false,
+                            "a number of seconds in [0, 86400] (0: off)")) {
+    d.hang_timeout_s = *v;
+  }
+  if (auto v =
+          r.get_int(m, "debug.flight_recorder_entries", 1, 1 << 20, "an integer in [1, 1048576]")) {
+    d.flight_recorder_entries = *v;
+  }
+}
+
 JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
   JobConfig c;
   const YAML::Node& doc = r.root();
@@ -339,6 +415,14 @@ JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
   }
   read_elastic(r, root, c);
   read_dashboard(r, root, c.dashboard);
+  read_faults(r, root, c.workers, c.faults);
+  read_debug(r, root, c.debug);
+  YAML::Node trace = r.section(root, "trace");
+  if (auto v = r.get_bool(trace, "trace.enabled")) c.trace.enabled = *v;
+  if (auto v = r.get_int(trace, "trace.max_pending_events", 1000, int64_t{1} << 30,
+                         "an integer in [1000, 2^30]")) {
+    c.trace.max_pending_events = *v;
+  }
   return c;
 }
 
@@ -371,6 +455,20 @@ std::string_view dataset_kind_name(DatasetKind k) {
       return "mnist";
     case DatasetKind::Synthetic:
       return "synthetic";
+  }
+  return "?";
+}
+
+std::string_view fault_kind_name(FaultKind k) {
+  switch (k) {
+    case FaultKind::Kill:
+      return "kill";
+    case FaultKind::Hang:
+      return "hang";
+    case FaultKind::Slow:
+      return "slow";
+    case FaultKind::Disconnect:
+      return "disconnect";
   }
   return "?";
 }
@@ -493,7 +591,27 @@ std::string to_yaml(const JobConfig& c) {
     out << YAML::Key << "port" << YAML::Value << c.dashboard.port;
     out << YAML::EndMap;
   }
+  out << YAML::Key << "faults" << YAML::Value << YAML::BeginSeq;
+  for (const FaultConfig& f : c.faults) {
+    out << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "kind" << YAML::Value << std::string(fault_kind_name(f.kind));
+    out << YAML::Key << "rank" << YAML::Value << f.rank;
+    out << YAML::Key << "at_step" << YAML::Value << f.at_step;
+    if (f.kind == FaultKind::Slow || f.kind == FaultKind::Hang) num("seconds", f.seconds);
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  out << YAML::Key << "debug" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "check_collectives" << YAML::Value
+      << (c.debug.check_collectives ? "true" : "false");
+  out << YAML::Key << "check_params_every" << YAML::Value << c.debug.check_params_every;
+  num("hang_timeout_s", c.debug.hang_timeout_s);
+  out << YAML::Key << "flight_recorder_entries" << YAML::Value << c.debug.flight_recorder_entries;
   out << YAML::EndMap;
+  out << YAML::Key << "trace" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "enabled" << YAML::Value << (c.trace.enabled ? "true" : "false");
+  out << YAML::Key << "max_pending_events" << YAML::Value << c.trace.max_pending_events;
+  out << YAML::EndMap << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }
 

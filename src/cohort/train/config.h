@@ -115,6 +115,33 @@ struct DashboardConfig {
   bool operator==(const DashboardConfig&) const = default;
 };
 
+// A fault injected on purpose, to test how the job and its tools react (docs/job-config.md).
+// It fires on `rank` at the step boundary where that rank has completed `at_step` steps.
+enum class FaultKind { Kill, Hang, Slow, Disconnect };
+std::string_view fault_kind_name(FaultKind k);  // "kill" | "hang" | "slow" | "disconnect"
+struct FaultConfig {
+  FaultKind kind = FaultKind::Kill;
+  int64_t rank = 0;
+  int64_t at_step = 0;
+  double seconds = 0;  // slow: extra seconds per step; hang: how long (0: for good)
+  bool operator==(const FaultConfig&) const = default;
+};
+
+struct DebugConfig {
+  bool check_collectives = false;  // compare each collective's fingerprint across ranks first
+  int64_t check_params_every = 0;  // compare a hash of the parameters every K steps (0: never)
+  double hang_timeout_s = 300;     // no progress on any rank for this long: hang report (0: off)
+  int64_t flight_recorder_entries = 256;  // collectives each rank remembers
+  bool operator==(const DebugConfig&) const = default;
+};
+
+// The timeline (trace/tracer.h): <run_dir>/trace/rank-N.json, merged by `cohort trace merge`.
+struct TraceConfig {
+  bool enabled = false;
+  int64_t max_pending_events = 1 << 20;  // events buffered for the writer; beyond: dropped
+  bool operator==(const TraceConfig&) const = default;
+};
+
 struct JobConfig {
   std::string name = "cohort-job";
   int64_t workers = 1;
@@ -126,6 +153,9 @@ struct JobConfig {
   CheckpointConfig checkpoint;
   ElasticConfig elastic;
   DashboardConfig dashboard;
+  std::vector<FaultConfig> faults;
+  DebugConfig debug;
+  TraceConfig trace;
   bool operator==(const JobConfig&) const = default;
 };
 

@@ -1,16 +1,20 @@
 #include "cohort/train/trainer.h"
 
+#include <signal.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <deque>
 #include <filesystem>
 #include <limits>
+#include <thread>
 
 #include "cohort/base/clock.h"
 #include "cohort/base/histogram.h"
 #include "cohort/base/file.h"
 #include "cohort/base/log.h"
 #include "cohort/ddp/distributed_data_parallel.h"
+#include "cohort/trace/tracer.h"
 #include "cohort/train/checkpoint.h"
 #include "cohort/train/dataset.h"
 #include "cohort/train/models.h"
@@ -153,6 +157,65 @@ class StatusReporter {
   double step_seconds_ = 0, wait_seconds_ = 0;
 };
 
+// The job's faults: (rank, at_step, kind) fire at step boundaries of this rank (config.h).
+// A fault fires once per worker process (a replacement that redoes the step fires it again).
+class FaultInjector {
+ public:
+  FaultInjector(const std::vector<FaultConfig>& all, int rank) {
+    for (const auto& f : all) {
+      if (f.rank == rank) faults_.push_back(f);
+    }
+  }
+
+  // At the boundary where `completed` steps are done. Kill and hang do not come back (hang: not
+  // for `seconds`).
+  void at_step(int64_t completed, comm::Communicator& comm) {
+    for (const auto& f : faults_) {
+      if (f.kind == FaultKind::Slow) {
+        if (completed == f.at_step) announce(f, completed);
+        continue;
+      }
+      if (completed != f.at_step) continue;
+      announce(f, completed);
+      switch (f.kind) {
+        case FaultKind::Kill:
+          ::kill(::getpid(), SIGKILL);
+          break;
+        case FaultKind::Hang:
+          if (f.seconds > 0) {
+            std::this_thread::sleep_for(std::chrono::duration<double>(f.seconds));
+          } else {
+            for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+          }
+          break;
+        case FaultKind::Disconnect:
+          comm.cut_connections();
+          break;
+        case FaultKind::Slow:
+          break;
+      }
+    }
+  }
+  // Extra seconds this step takes (slow faults that have begun).
+  double slowdown(int64_t completed) const {
+    double s = 0;
+    for (const auto& f : faults_) {
+      if (f.kind == FaultKind::Slow && completed >= f.at_step) s += f.seconds;
+    }
+    return s;
+  }
+
+ private:
+  static void announce(const FaultConfig& f, int64_t completed) {
+    std::string what = std::string(fault_kind_name(f.kind));
+    if (f.seconds > 0) what += " (" + std::to_string(f.seconds) + " s)";
+    spdlog::warn("injecting fault: {} after {} steps (faults: in the job file)", what, completed);
+    spdlog::default_logger()->flush();
+  }
+
+  std::vector<FaultConfig> faults_;
+};
+
 }  // namespace
 
 static compress::CompressionOptions compression_options(const JobConfig& cfg) {
@@ -172,6 +235,21 @@ json train(TrainerContext& ctx) {
   const JobConfig& cfg = ctx.config;
   const int job_rank = ctx.agent.rank();
   torch::set_num_threads(static_cast<int>(cfg.threads_per_worker));
+  std::shared_ptr<comm::FlightRecorder> recorder_owner =
+      ctx.recorder ? ctx.recorder : std::make_shared<comm::FlightRecorder>(job_rank);
+  comm::FlightRecorder& recorder = *recorder_owner;
+  recorder.set_activity(0, comm::Phase::Setup);
+  FaultInjector faults(cfg.faults, job_rank);
+  std::unique_ptr<trace::Tracer> tracer;
+  // The recorder must stop calling the tracer before the tracer goes.
+  struct ObserverGuard {
+    comm::FlightRecorder& r;
+    ~ObserverGuard() { r.set_observer(nullptr); }
+  } observer_guard{recorder};
+  auto phase = [&](int64_t step, comm::Phase p) {
+    recorder.set_activity(step, p);
+    if (tracer) tracer->phase(step, p);
+  };
 
   auto t_load = Clock::now();
   Dataset train_set = load_dataset(cfg.data, Split::Train, cfg.train.seed);
@@ -241,12 +319,28 @@ json train(TrainerContext& ctx) {
       comm::Communicator& comm = ctx.agent.connect(membership);
       const int rank = comm.rank(), world = comm.size();
       log::set_context(job_rank, membership.epoch, state.step);
+      if (cfg.trace.enabled && !tracer && !ctx.run_dir.empty()) {
+        // Clock offsets are measured by the workers of the start together; a replacement that
+        // joins later keeps its own clock.
+        const int64_t offset = membership.epoch == 0 ? trace::measure_clock_offset(comm) : 0;
+        tracer = std::make_unique<trace::Tracer>(trace::TracerOptions{
+            .path = (std::filesystem::path(ctx.run_dir) / "trace" /
+                     ("rank-" + std::to_string(job_rank) + ".json"))
+                        .string(),
+            .rank = job_rank,
+            .max_pending = static_cast<size_t>(cfg.trace.max_pending_events),
+            .clock_offset_us = offset});
+        recorder.set_observer(tracer.get());
+      }
       ddp::DistributedDataParallel ddp(
           model, comm,
           {.bucket_bytes = static_cast<size_t>(cfg.comm.bucket_mb * (1 << 20)),
            .algorithm = comm::parse_algorithm(cfg.comm.algorithm),
            .broadcast_on_construct = false,
-           .compression = compression_options(cfg)});
+           .compression = compression_options(cfg),
+           .on_bucket_ready = [&](size_t bucket, size_t bytes) {
+             if (tracer) tracer->instant("bucket " + std::to_string(bucket) + " ready", bytes);
+           }});
       // Bytes sent by this process over all its communicators.
       const uint64_t bytes_before = comm_bytes, bytes_at_connect = comm.stats().bytes_sent;
       auto count_bytes = [&] {
@@ -391,12 +485,19 @@ json train(TrainerContext& ctx) {
         pending_epoch = state.epoch;
         bool epoch_end = false;
         while (!epoch_end && state.step < max_steps) {
+          phase(state.step + 1, comm::Phase::Data);
+          faults.at_step(state.step, comm);
           auto t0 = Clock::now();
           auto batch = sampler.next();
           if (!batch) break;
           auto [x, y] = train_set.batch(batch->indices);
           auto t1 = Clock::now();
           data_s += std::chrono::duration<double>(t1 - t0).count();
+
+          phase(state.step + 1, comm::Phase::Forward);
+          if (double slow = faults.slowdown(state.step); slow > 0) {
+            std::this_thread::sleep_for(std::chrono::duration<double>(slow));
+          }
 
           set_learning_rate(*optimizer, schedule.at(state.step));
           optimizer->zero_grad();
@@ -407,7 +508,9 @@ json train(TrainerContext& ctx) {
           auto loss =
               loss_sum * (static_cast<double>(world) / static_cast<double>(batch->global_batch));
           const ddp::DdpStats before = ddp.stats();
+          phase(state.step + 1, comm::Phase::Backward);
           ddp.backward(loss);
+          phase(state.step + 1, comm::Phase::Optimizer);
           optimizer->step();
           const double waited = ddp.stats().wait_seconds - before.wait_seconds;
           grad_sent += ddp.stats().bytes_sent - before.bytes_sent;
@@ -419,6 +522,9 @@ json train(TrainerContext& ctx) {
           window_seen += static_cast<int64_t>(batch->indices.size());
 
           ++state.step;
+          if (cfg.debug.check_params_every > 0 && state.step % cfg.debug.check_params_every == 0) {
+            ddp.check_parameters("step " + std::to_string(state.step));
+          }
           const auto n = static_cast<int64_t>(batch->indices.size());
           samples += n;
           for (int64_t i : batch->indices) {
@@ -465,6 +571,7 @@ json train(TrainerContext& ctx) {
           }
           if (rank == 0 && checkpoints && cfg.checkpoint.every_steps > 0 &&
               state.step % cfg.checkpoint.every_steps == 0) {
+            phase(state.step, comm::Phase::Checkpoint);
             auto t = Clock::now();
             auto path = checkpoints->save({.step = state.step,
                                            .epoch = state.epoch,
@@ -492,7 +599,9 @@ json train(TrainerContext& ctx) {
       }
 
       status.maybe_report("evaluating", state.step, total_steps, state.epoch, bytes_now(), true);
+      phase(state.step, comm::Phase::Evaluate);
       Evaluation ev = evaluate(*model, test_set, comm);
+      phase(state.step, comm::Phase::Done);
       recovery_done();
       count_bytes();
       json epoch_samples = json::array();

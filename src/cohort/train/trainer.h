@@ -48,6 +48,8 @@ struct TrainerContext {
   // Every rank's live status, about twice a second and when its state changes (see train()).
   // May be empty.
   std::function<void(const nlohmann::json&)> report_status;
+  // The worker's flight recorder (the trainer sets its step and phase); null: one of its own.
+  std::shared_ptr<comm::FlightRecorder> recorder;
 };
 
 // Trains and evaluates; returns this rank's summary:

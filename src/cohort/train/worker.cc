@@ -13,6 +13,7 @@
 #include "cohort/elastic/agent.h"
 #include "cohort/elastic/job_protocol.h"
 #include "cohort/store/tcp_store.h"
+#include "cohort/trace/hang_report.h"
 #include "cohort/train/trainer.h"
 
 namespace cohort::train {
@@ -33,6 +34,8 @@ std::string host_name() {
 
 int run_worker(const WorkerOptions& options) {
   std::unique_ptr<store::TcpStore> store;
+  std::shared_ptr<comm::FlightRecorder> recorder;
+  std::unique_ptr<trace::FlightReporter> reporter;  // reads the recorder: declared after it
   int rank = options.rank;
   json status;  // the last live status published (job/status/<rank>)
   auto publish_status = [&](json s) {
@@ -62,6 +65,13 @@ int run_worker(const WorkerOptions& options) {
     spdlog::info("joined job '{}' as rank {} of {} (coordinator {})", cfg.name, rank, world,
                  options.coordinator.str());
 
+    // One flight recorder across membership epochs: the reporter answers for whichever
+    // communicator is current.
+    recorder = std::make_shared<comm::FlightRecorder>(
+        rank, static_cast<size_t>(cfg.debug.flight_recorder_entries));
+    reporter = std::make_unique<trace::FlightReporter>(
+        std::make_unique<store::TcpStore>(options.coordinator, options.token),
+        elastic::keys::kDebugPrefix, *recorder, rank);
     auto ms = [](double s) { return std::chrono::milliseconds(static_cast<long>(s * 1000)); };
     elastic::WorkerAgent agent(
         *store, {.coordinator = options.coordinator,
@@ -73,7 +83,9 @@ int run_worker(const WorkerOptions& options) {
                  .failure_timeout = ms(cfg.elastic.failure_timeout_s),
                  .comm = {.token = options.token,
                           .bind_host = options.bind_host,
-                          .timeout = ms(cfg.comm.timeout_s)}});
+                          .timeout = ms(cfg.comm.timeout_s),
+                          .flight_recorder = recorder,
+                          .check_collectives = cfg.debug.check_collectives}});
 
     TrainerContext ctx{
         .config = cfg,
@@ -94,6 +106,7 @@ int run_worker(const WorkerOptions& options) {
               store->set(elastic::keys::event(next), to_bytes(e.dump()));
             },
         .report_status = publish_status,
+        .recorder = recorder,
     };
     json summary = train(ctx);
     summary["host"] = host_name();
@@ -111,6 +124,12 @@ int run_worker(const WorkerOptions& options) {
     return kExitExcluded;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
+    reporter.reset();
+    if (store && recorder) {
+      // Before the failure record: the launcher reads this when it sees the failure.
+      trace::publish_final_report(*store, elastic::keys::kDebugPrefix, *recorder,
+                                  e.what(), dynamic_cast<const TimeoutError*>(&e) != nullptr);
+    }
     if (store && rank >= 0) {
       try {
         status["state"] = "failed";

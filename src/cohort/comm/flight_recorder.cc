@@ -1,0 +1,137 @@
+#include "cohort/comm/flight_recorder.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+
+namespace cohort::comm {
+
+std::string_view collective_state_name(CollectiveState s) {
+  switch (s) {
+    case CollectiveState::Queued:
+      return "queued";
+    case CollectiveState::Started:
+      return "started";
+    case CollectiveState::Done:
+      return "done";
+    case CollectiveState::Failed:
+      return "failed";
+  }
+  return "?";
+}
+
+namespace {
+constexpr std::string_view kPhaseNames[] = {"setup",     "data",       "forward",  "backward",
+                                            "optimizer", "checkpoint", "evaluate", "done"};
+}  // namespace
+
+std::string_view phase_name(Phase p) {
+  auto i = static_cast<size_t>(p);
+  return i < std::size(kPhaseNames) ? kPhaseNames[i] : "?";
+}
+
+Phase parse_phase(std::string_view s) {
+  for (size_t i = 0; i < std::size(kPhaseNames); ++i) {
+    if (kPhaseNames[i] == s) return static_cast<Phase>(i);
+  }
+  return Phase::Setup;
+}
+
+int64_t now_us() {
+  // COHORT_CLOCK_SKEW_US shifts this process's clock, to test that timelines of processes whose
+  // clocks disagree are aligned (tests/e2e/trace_test.cc). Read once.
+  static const int64_t skew = [] {
+    const char* s = std::getenv("COHORT_CLOCK_SKEW_US");
+    return s ? std::strtoll(s, nullptr, 10) : 0;
+  }();
+  using namespace std::chrono;
+  return duration_cast<microseconds>(system_clock::now().time_since_epoch()).count() + skew;
+}
+
+FlightRecorder::FlightRecorder(int rank, size_t capacity)
+    : rank_(rank), ring_(capacity == 0 ? 1 : capacity) {
+  since_us_.store(now_us(), std::memory_order_relaxed);
+}
+
+void FlightRecorder::restart() {
+  std::lock_guard lk(mu_);
+  std::fill(ring_.begin(), ring_.end(), CollectiveRecord{});
+  newest_ = 0;
+  last_done_.store(0, std::memory_order_relaxed);
+}
+
+CollectiveRecord* FlightRecorder::find(uint64_t seq) {
+  CollectiveRecord& r = ring_[seq % ring_.size()];
+  return r.seq == seq ? &r : nullptr;
+}
+
+void FlightRecorder::on_queued(const CollectiveRecord& r) {
+  std::lock_guard lk(mu_);
+  CollectiveRecord& slot = ring_[r.seq % ring_.size()];
+  slot = r;
+  slot.state = CollectiveState::Queued;
+  slot.queued_us = now_us();
+  if (r.seq > newest_) newest_ = r.seq;
+}
+
+void FlightRecorder::on_started(uint64_t seq, Algorithm algorithm) {
+  const int64_t t = now_us();
+  std::lock_guard lk(mu_);
+  if (CollectiveRecord* r = find(seq)) {
+    r->state = CollectiveState::Started;
+    r->started_us = t;
+    r->algorithm = algorithm;
+  }
+}
+
+void FlightRecorder::on_finished(uint64_t seq, bool ok, const OpTiming* timing,
+                                 uint64_t sent_bytes) {
+  const int64_t t = now_us();
+  CollectiveObserver* observer = observer_.load(std::memory_order_acquire);
+  CollectiveRecord copy;
+  bool found = false;
+  {
+    std::lock_guard lk(mu_);
+    if (CollectiveRecord* r = find(seq)) {
+      r->state = ok ? CollectiveState::Done : CollectiveState::Failed;
+      r->finished_us = t;
+      if (timing) {
+        r->wait_us = timing->wait_ns / 1000;
+        r->reduce_us = timing->reduce_ns / 1000;
+        r->peers = timing->peers;
+      }
+      r->sent_bytes = sent_bytes;
+      if (observer) copy = *r;
+      found = true;
+    }
+  }
+  if (observer && found) observer->on_collective(copy);
+  if (ok && seq > last_done_.load(std::memory_order_relaxed)) {
+    last_done_.store(seq, std::memory_order_relaxed);
+  }
+}
+
+void FlightRecorder::set_label(uint64_t seq, std::string label) {
+  std::lock_guard lk(mu_);
+  if (CollectiveRecord* r = find(seq)) r->label = std::move(label);
+}
+
+Activity FlightRecorder::activity() const {
+  return Activity{.step = step_.load(std::memory_order_relaxed),
+                  .phase = static_cast<Phase>(phase_.load(std::memory_order_relaxed)),
+                  .since_us = since_us_.load(std::memory_order_relaxed)};
+}
+
+FlightSnapshot FlightRecorder::snapshot() const {
+  FlightSnapshot s{.rank = rank_, .taken_us = now_us(), .activity = activity(), .records = {}};
+  std::lock_guard lk(mu_);
+  const uint64_t n = ring_.size();
+  const uint64_t first = newest_ >= n ? newest_ - n + 1 : 1;
+  for (uint64_t seq = first; seq <= newest_; ++seq) {
+    const CollectiveRecord& r = ring_[seq % n];
+    if (r.seq == seq) s.records.push_back(r);
+  }
+  return s;
+}
+
+}  // namespace cohort::comm

@@ -1,0 +1,154 @@
+// Hang diagnosis from real flight records: ranks are threads with real communicators over
+// loopback; one of them does not take part in a collective, the others time out.
+#include "cohort/trace/hang_report.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "../comm/world.h"
+#include "cohort/base/error.h"
+#include "cohort/store/memory_store.h"
+#include "cohort/store/prefix_store.h"
+
+namespace cohort::trace {
+namespace {
+
+using namespace std::chrono_literals;
+using comm::Communicator;
+using comm::Phase;
+using comm::testing::World;
+
+// Three ranks finish allreduce #1; ranks 0 and 1 enter allreduce #2 (labelled like a DDP bucket)
+// and time out, rank 2 is busy in backward of step 7 and never calls it.
+std::vector<RankInfo> one_rank_stays_away(World& world) {
+  std::vector<RankInfo> infos(3);
+  world.run([&](int r, Communicator& comm) {
+    std::vector<float> a(100000, 1.0f);
+    comm.allreduce(Buffer{DType::F32, a.data(), a.size()})->wait();
+    comm.flight_recorder().set_activity(7, Phase::Backward);
+    if (r != 2) {
+      auto work = comm.allreduce(Buffer{DType::F32, a.data(), a.size()});
+      comm.flight_recorder().set_label(work->sequence(), "bucket 3");
+      EXPECT_THROW(work->wait(), TimeoutError);
+      infos[static_cast<size_t>(r)].error = "timed out";
+    } else {
+      std::this_thread::sleep_for(200ms);
+    }
+  });
+  for (int r = 0; r < 3; ++r)
+    infos[static_cast<size_t>(r)].report = world[r].flight_recorder().snapshot();
+  return infos;
+}
+
+TEST(HangDiagnosis, NamesTheRankThatNeverEnteredTheCollective) {
+  World world(3, [](comm::CommConfig& c) { c.timeout = 1500ms; });
+  auto infos = one_rank_stays_away(world);
+  HangDiagnosis d = diagnose_hang(infos);
+  EXPECT_EQ(d.culprits, std::vector<int>{2});
+  EXPECT_EQ(d.stuck_seq, 2u);
+  EXPECT_NE(d.headline.find("rank 2 never entered allreduce #2 (bucket 3, 400.0 KB)"),
+            std::string::npos)
+      << d.headline;
+  EXPECT_NE(d.headline.find("ranks 0, 1 have waited "), std::string::npos) << d.headline;
+  EXPECT_NE(d.headline.find("rank 2 last finished #1 and is in backward of step 7"),
+            std::string::npos)
+      << d.headline;
+  const std::string text = d.text();
+  EXPECT_NE(text.find("rank 0: gave up on allreduce #2"), std::string::npos) << text;
+  EXPECT_NE(text.find("rank 2 flight recorder"), std::string::npos) << text;
+  EXPECT_NE(text.find("bucket 3"), std::string::npos) << text;
+}
+
+TEST(HangDiagnosis, ARankThatDoesNotAnswerIsNamedWithWhatTheLauncherKnows) {
+  World world(3, [](comm::CommConfig& c) { c.timeout = 1500ms; });
+  auto infos = one_rank_stays_away(world);
+  infos[2].report.reset();
+  infos[2].note = "pid 4242 is stopped (SIGSTOP or a debugger)";
+  infos[2].last_activity = nlohmann::json{{"step", 7}, {"phase", "backward"}, {"last_done", 1}};
+  HangDiagnosis d = diagnose_hang(infos);
+  EXPECT_EQ(d.culprits, std::vector<int>{2});
+  EXPECT_NE(d.headline.find("rank 2 did not report (pid 4242 is stopped (SIGSTOP or a debugger); "
+                            "its last published activity: finished #1, backward of step 7)"),
+            std::string::npos)
+      << d.headline;
+  EXPECT_NE(d.headline.find("ranks 0, 1 have waited"), std::string::npos) << d.headline;
+  EXPECT_NE(d.headline.find("in allreduce #2 (bucket 3"), std::string::npos) << d.headline;
+}
+
+TEST(HangDiagnosis, NoCollectiveInFlightListsWhatEachRankDoes) {
+  comm::FlightRecorder a(0), b(1);
+  a.set_activity(3, Phase::Forward);
+  b.set_activity(3, Phase::Data);
+  HangDiagnosis d = diagnose_hang({{.report = a.snapshot()}, {.report = b.snapshot()}});
+  EXPECT_EQ(d.stuck_seq, 0u);
+  EXPECT_TRUE(d.culprits.empty());
+  EXPECT_NE(d.headline.find("no collective is in flight; rank 0 is in forward of step 3"),
+            std::string::npos)
+      << d.headline;
+  EXPECT_NE(d.headline.find("rank 1 is in data of step 3"), std::string::npos) << d.headline;
+}
+
+TEST(FlightRecord, JsonRoundTrips) {
+  comm::FlightRecorder rec(5, 8);
+  rec.on_queued({.seq = 1, .kind = comm::OpKind::Broadcast, .dtype = DType::I64, .count = 3});
+  rec.on_started(1, comm::Algorithm::Auto);
+  rec.on_finished(1, true);
+  rec.on_queued({.seq = 2, .kind = comm::OpKind::Allreduce, .dtype = DType::BF16, .count = 9});
+  rec.on_started(2, comm::Algorithm::HalvingDoubling);
+  rec.set_label(2, "bucket 0");
+  rec.set_activity(11, Phase::Optimizer);
+  comm::FlightSnapshot s = rec.snapshot();
+  comm::FlightSnapshot back = snapshot_from_json(nlohmann::json::parse(to_json(s).dump()));
+  EXPECT_EQ(back.rank, 5);
+  EXPECT_EQ(back.activity.step, 11);
+  EXPECT_EQ(back.activity.phase, Phase::Optimizer);
+  ASSERT_EQ(back.records.size(), 2u);
+  EXPECT_EQ(back.records[1].kind, comm::OpKind::Allreduce);
+  EXPECT_EQ(back.records[1].dtype, DType::BF16);
+  EXPECT_EQ(back.records[1].algorithm, comm::Algorithm::HalvingDoubling);
+  EXPECT_EQ(back.records[1].state, comm::CollectiveState::Started);
+  EXPECT_EQ(back.records[1].label, "bucket 0");
+  EXPECT_EQ(back.records[0].finished_us, s.records[0].finished_us);
+  EXPECT_THROW(snapshot_from_json(nlohmann::json{{"rank", 1}}), Error);
+}
+
+TEST(HangWatch, ReportersAnswerAndAStallIsSeenOnce) {
+  store::MemoryStore backing;
+  comm::FlightRecorder r0(0), r1(1);
+  r0.set_activity(4, Phase::Backward);
+  r1.set_activity(4, Phase::Data);
+  // A MemoryStore connection per reporter, as each worker has its own TCP connection.
+  struct Shared : store::PrefixStore {
+    explicit Shared(store::Store& s) : PrefixStore("x", s) {}
+  };
+  FlightReporter rep0(std::make_unique<Shared>(backing), "d", r0, 0, 100ms);
+  FlightReporter rep1(std::make_unique<Shared>(backing), "d", r1, 1, 100ms);
+  store::PrefixStore coordinator("x", backing);
+  HangWatch watch(coordinator, "d", 2, /*hang_timeout_s=*/0.5);
+
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  bool stalled = false;
+  while (!stalled && std::chrono::steady_clock::now() < deadline) {
+    stalled = watch.stalled();
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_TRUE(stalled) << "no stall seen";
+  EXPECT_FALSE(watch.stalled());  // once per stall
+
+  auto infos = watch.collect(5s);
+  ASSERT_TRUE(infos[0].report.has_value());
+  ASSERT_TRUE(infos[1].report.has_value());
+  EXPECT_EQ(infos[1].report->activity.phase, Phase::Data);
+  EXPECT_EQ(infos[0].last_activity->value("phase", std::string()), "backward");
+
+  // Progress rearms the watch.
+  r1.set_activity(5, Phase::Forward);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_FALSE(watch.stalled());
+  publish_final_report(coordinator, "d", r0, "allreduce #9 timed out", true);
+  EXPECT_TRUE(watch.timeout_reported());
+}
+
+}  // namespace
+}  // namespace cohort::trace
