@@ -484,8 +484,11 @@ int run_main(int argc, char** argv) {
     if (auto why = coordinator.abandoned()) {
       status = "failed";
       error = (losses.empty() ? "" : "lost " + losses.back() + "; ") + *why;
-      if (cfg.workers > 1 &&
-          (hang_watch.timeout_reported() || error.find("timed out") != std::string::npos)) {
+      // A worker declared lost whose process is still there is stuck (hung, stopped): say where.
+      bool lost_but_alive = false;
+      for (auto& [r, w] : workers) lost_but_alive |= coordinator.is_lost(r) && !w.poll();
+      if (cfg.workers > 1 && (lost_but_alive || hang_watch.timeout_reported() ||
+                              error.find("timed out") != std::string::npos)) {
         report_hang(hang_watch, workers, run_dir, events, "a collective timed out: " + error);
       }
       break;

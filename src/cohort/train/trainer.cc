@@ -7,6 +7,7 @@
 #include <deque>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <thread>
 
 #include "cohort/base/clock.h"
@@ -175,7 +176,8 @@ class FaultInjector {
         if (completed == f.at_step) announce(f, completed);
         continue;
       }
-      if (completed != f.at_step) continue;
+      if (completed != f.at_step || fired_.count(&f - faults_.data())) continue;
+      fired_.insert(&f - faults_.data());  // a rollback to an earlier step does not repeat it
       announce(f, completed);
       switch (f.kind) {
         case FaultKind::Kill:
@@ -214,6 +216,7 @@ class FaultInjector {
   }
 
   std::vector<FaultConfig> faults_;
+  std::set<std::ptrdiff_t> fired_;
 };
 
 }  // namespace
