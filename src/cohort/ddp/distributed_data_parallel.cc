@@ -156,6 +156,10 @@ void DistributedDataParallel::launch_ready_buckets() {
 
 void DistributedDataParallel::launch(Bucket& b) {
   b.launched = true;
+  const auto index = static_cast<size_t>(&b - buckets_.data());
+  if (options_.on_bucket_ready) {
+    options_.on_bucket_ready(index, static_cast<size_t>(b.flat.numel()) * b.flat.element_size());
+  }
   const int n = comm_.size();
   stats_.uncompressed_bytes += static_cast<uint64_t>(b.flat.numel()) * b.flat.element_size() *
                                2 * static_cast<uint64_t>(n - 1) / static_cast<uint64_t>(n);
@@ -167,11 +171,7 @@ void DistributedDataParallel::launch(Bucket& b) {
   b.work = comm_.allreduce(as_buffer(b.flat), {.op = comm::ReduceOp::Avg,
                                                .algorithm = options_.algorithm,
                                                .timeout = options_.timeout});
-  const auto index = static_cast<size_t>(&b - buckets_.data());
   comm_.flight_recorder().set_label(b.work->sequence(), "bucket " + std::to_string(index));
-  if (options_.on_bucket_ready) {
-    options_.on_bucket_ready(index, static_cast<size_t>(b.flat.numel()) * b.flat.element_size());
-  }
 }
 
 void DistributedDataParallel::wait(Bucket& b) {
