@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include "cohort/store/memory_store.h"
@@ -48,11 +49,20 @@ void run_ranks(int world, const std::function<void(int, comm::Communicator&)>& f
   }
 }
 
+// Ranks are threads and libtorch's default generator is global: seeding it and drawing from it
+// happen under one lock, so that what a rank draws does not depend on the other threads.
+std::mutex& generator_mutex() {
+  static std::mutex m;
+  return m;
+}
+
 torch::Tensor batch_for(int rank, int step) {
+  std::lock_guard lock(generator_mutex());
   torch::manual_seed(1000 + 17 * rank + step);
   return torch::randn({8, 20});
 }
 torch::Tensor labels_for(int rank, int step) {
+  std::lock_guard lock(generator_mutex());
   torch::manual_seed(5000 + 31 * rank + step);
   return torch::randint(0, 5, {8});
 }
@@ -127,8 +137,11 @@ TEST(DistributedDataParallel, CompressesBucketsAboveTheThresholdAndCountsTheByte
   std::vector<DdpStats> stats(world);
   for (bool compress : {false, true}) {
     run_ranks(world, [&](int rank, comm::Communicator& c) {
-      torch::manual_seed(7);
-      auto model = std::make_shared<Net>();
+      auto model = [] {
+        std::lock_guard lock(generator_mutex());
+        torch::manual_seed(7);
+        return std::make_shared<Net>();
+      }();
       // Two buckets (see BucketsFollowBackwardOrderAndCapacity): 9236 bytes (fc3, fc2, fc1's
       // bias) and 5120 (fc1's weight). With an 8 KiB threshold only the first is compressed.
       compress::CompressionOptions o;

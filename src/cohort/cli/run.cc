@@ -398,7 +398,10 @@ int run_main(int argc, char** argv) {
     return false;
   };
 
-  store::TcpStore debug_store({"127.0.0.1", ep.port}, token);
+  // The launcher reaches its own coordinator where it listens (loopback when it listens on every
+  // address): a job bound to one interface has no store on 127.0.0.1.
+  const bool any_address = ep.host.empty() || ep.host == "0.0.0.0" || ep.host == "::";
+  store::TcpStore debug_store({any_address ? "127.0.0.1" : ep.host, ep.port}, token);
   trace::HangWatch hang_watch(debug_store, elastic::keys::kDebugPrefix,
                               static_cast<int>(cfg.workers), cfg.debug.hang_timeout_s);
   auto next_hang_check = Clock::now();

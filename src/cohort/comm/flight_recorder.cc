@@ -116,6 +116,11 @@ void FlightRecorder::set_label(uint64_t seq, std::string label) {
   if (CollectiveRecord* r = find(seq)) r->label = std::move(label);
 }
 
+uint64_t FlightRecorder::newest() const {
+  std::lock_guard lk(mu_);
+  return newest_;
+}
+
 Activity FlightRecorder::activity() const {
   return Activity{.step = step_.load(std::memory_order_relaxed),
                   .phase = static_cast<Phase>(phase_.load(std::memory_order_relaxed)),

@@ -113,6 +113,8 @@ class FlightRecorder {
   void on_finished(uint64_t seq, bool ok, const OpTiming* timing = nullptr,
                    uint64_t sent_bytes = 0);
   void set_label(uint64_t seq, std::string label);
+  // The highest sequence number queued so far (0: none).
+  uint64_t newest() const;
 
   // The trainer's hook: cheap enough for every phase change.
   void set_activity(int64_t step, Phase phase) {

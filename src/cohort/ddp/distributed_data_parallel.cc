@@ -14,12 +14,18 @@ namespace cohort::ddp {
 
 DType to_comm_dtype(const torch::Tensor& t) {
   switch (t.scalar_type()) {
-    case torch::kFloat32: return DType::F32;
-    case torch::kFloat64: return DType::F64;
-    case torch::kFloat16: return DType::F16;
-    case torch::kBFloat16: return DType::BF16;
-    case torch::kInt32: return DType::I32;
-    case torch::kInt64: return DType::I64;
+    case torch::kFloat32:
+      return DType::F32;
+    case torch::kFloat64:
+      return DType::F64;
+    case torch::kFloat16:
+      return DType::F16;
+    case torch::kBFloat16:
+      return DType::BF16;
+    case torch::kInt32:
+      return DType::I32;
+    case torch::kInt64:
+      return DType::I64;
     default:
       throw Error(std::string("tensors of type ") + c10::toString(t.scalar_type()) +
                   " cannot be communicated");
@@ -73,8 +79,8 @@ void DistributedDataParallel::build_buckets() {
       current.offsets.push_back(total);
       total += params_[current.params[k]].param.numel();
     }
-    current.flat = torch::zeros({total}, params_[current.params[0]].param.options()
-                                             .requires_grad(false));
+    current.flat =
+        torch::zeros({total}, params_[current.params[0]].param.options().requires_grad(false));
     if (current.flat.scalar_type() == torch::kFloat32) {
       // Each tensor as rows x cols (its first dimension by the rest): PowerSGD compresses each
       // matrix on its own and passes vectors through.
@@ -161,24 +167,35 @@ void DistributedDataParallel::launch(Bucket& b) {
     options_.on_bucket_ready(index, static_cast<size_t>(b.flat.numel()) * b.flat.element_size());
   }
   const int n = comm_.size();
-  stats_.uncompressed_bytes += static_cast<uint64_t>(b.flat.numel()) * b.flat.element_size() *
-                               2 * static_cast<uint64_t>(n - 1) / static_cast<uint64_t>(n);
+  stats_.uncompressed_bytes += static_cast<uint64_t>(b.flat.numel()) * b.flat.element_size() * 2 *
+                               static_cast<uint64_t>(n - 1) / static_cast<uint64_t>(n);
   if (b.codec) {
+    const uint64_t before = comm_.flight_recorder().newest();
     b.codec->start(b.flat.data_ptr<float>(), comm_,
                    {.algorithm = options_.algorithm, .timeout = options_.timeout});
+    label_collectives_since(before, index);
     return;
   }
-  b.work = comm_.allreduce(as_buffer(b.flat), {.op = comm::ReduceOp::Avg,
-                                               .algorithm = options_.algorithm,
-                                               .timeout = options_.timeout});
+  b.work = comm_.allreduce(
+      as_buffer(b.flat),
+      {.op = comm::ReduceOp::Avg, .algorithm = options_.algorithm, .timeout = options_.timeout});
   comm_.flight_recorder().set_label(b.work->sequence(), "bucket " + std::to_string(index));
+}
+
+void DistributedDataParallel::label_collectives_since(uint64_t before, size_t bucket) {
+  comm::FlightRecorder& fr = comm_.flight_recorder();
+  const std::string label = "bucket " + std::to_string(bucket);
+  for (uint64_t seq = before + 1, last = fr.newest(); seq <= last; ++seq) fr.set_label(seq, label);
 }
 
 void DistributedDataParallel::wait(Bucket& b) {
   if (!b.launched) return;
   b.launched = false;
   if (b.codec) {
+    // A codec may issue more collectives as it finishes (PowerSGD's second factor).
+    const uint64_t before = comm_.flight_recorder().newest();
     b.codec->finish();
+    label_collectives_since(before, static_cast<size_t>(&b - buckets_.data()));
   } else if (auto w = std::move(b.work)) {
     w->wait();
   }
@@ -263,8 +280,9 @@ std::string DistributedDataParallel::broadcast_bytes(const std::string& bytes, i
   // Bytes travel as whole i64 words.
   std::vector<int64_t> words(static_cast<size_t>((len + 7) / 8), 0);
   if (comm_.rank() == root) std::memcpy(words.data(), bytes.data(), bytes.size());
-  comm_.broadcast(Buffer{DType::I64, words.data(), words.size()},
-                  {.root = root, .timeout = options_.timeout})
+  comm_
+      .broadcast(Buffer{DType::I64, words.data(), words.size()},
+                 {.root = root, .timeout = options_.timeout})
       ->wait();
   return std::string(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(len));
 }

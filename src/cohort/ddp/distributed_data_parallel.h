@@ -2,10 +2,10 @@
 //
 // Gradients are gathered into buckets in the order autograd produces them (parameters in reverse
 // registration order, the order backward visits them). A hook on each parameter copies its gradient
-// into its bucket the moment autograd computes it; when a bucket is full it is averaged across ranks
-// by an asynchronous allreduce on the communication thread while backward goes on computing the
-// gradients of earlier layers. Before the optimizer step, finish_backward() waits for every bucket
-// and writes the averaged gradients back into each parameter's .grad().
+// into its bucket the moment autograd computes it; when a bucket is full it is averaged across
+// ranks by an asynchronous allreduce on the communication thread while backward goes on computing
+// the gradients of earlier layers. Before the optimizer step, finish_backward() waits for every
+// bucket and writes the averaged gradients back into each parameter's .grad().
 //
 // Buckets are launched strictly in bucket order on every rank, so the collectives' sequence numbers
 // line up across ranks. Every element of the averaged gradient is reduced once and copied to all
@@ -110,11 +110,11 @@ class DistributedDataParallel {
 
  private:
   struct Bucket {
-    torch::Tensor flat;                 // contiguous, holds every gradient of the bucket
-    std::vector<size_t> params;         // indices into params_
-    std::vector<int64_t> offsets;       // element offset of each param in flat
-    size_t pending = 0;                 // gradients still to arrive this step
-    std::shared_ptr<comm::Work> work;   // the in-flight allreduce (uncompressed buckets)
+    torch::Tensor flat;                      // contiguous, holds every gradient of the bucket
+    std::vector<size_t> params;              // indices into params_
+    std::vector<int64_t> offsets;            // element offset of each param in flat
+    size_t pending = 0;                      // gradients still to arrive this step
+    std::shared_ptr<comm::Work> work;        // the in-flight allreduce (uncompressed buckets)
     std::unique_ptr<compress::Codec> codec;  // f32 buckets: averages them, compressed or not
     bool launched = false;
   };
@@ -130,6 +130,8 @@ class DistributedDataParallel {
   void on_gradient(size_t param_index, const torch::Tensor& grad);
   void launch_ready_buckets();
   void launch(Bucket& b);
+  // Names the collectives queued after sequence number `before` as this bucket's.
+  void label_collectives_since(uint64_t before, size_t bucket);
   void wait(Bucket& b);
 
   std::shared_ptr<torch::nn::Module> module_;
