@@ -40,6 +40,14 @@ else
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# Debian's nodejs comes without npm (a separate package); a nodejs that bundles npm needs nothing.
+if ! command -v npm >/dev/null 2>&1; then
+  echo "install-deps: installing npm"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends npm
+fi
+
 # The web console's npm packages (uPlot, served by the binary; playwright-core for the browser
 # test), exactly as web/package-lock.json pins them. Skipped when already installed from this lock.
 web="$(cd "$(dirname "$0")/../web" && pwd)"
