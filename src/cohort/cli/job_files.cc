@@ -1,5 +1,7 @@
 #include "cohort/cli/job_files.h"
 
+#include <cstdio>
+#include <cmath>
 #include <cerrno>
 
 #include "cohort/base/clock.h"
@@ -22,6 +24,18 @@ void EventLog::write(nlohmann::json event) {
 void EventLog::set_listener(std::function<void(const nlohmann::json&)> listener) {
   std::lock_guard lk(mu_);
   listener_ = std::move(listener);
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "--:--";
+  long t = static_cast<long>(s + 0.5);
+  char buf[32];
+  if (t >= 3600) {
+    std::snprintf(buf, sizeof(buf), "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%ld:%02ld", t / 60, t % 60);
+  }
+  return buf;
 }
 
 }  // namespace cohort::cli

@@ -24,4 +24,7 @@ class EventLog {
   std::function<void(const nlohmann::json&)> listener_;
 };
 
+// A duration as the terminal shows it: "m:ss" or "h:mm:ss"; "--:--" when unknown (NaN, < 0).
+std::string format_duration(double seconds);
+
 }  // namespace cohort::cli

@@ -63,18 +63,6 @@ std::string timestamp_for_dir() {
   return buf;
 }
 
-std::string format_duration(double s) {
-  if (!std::isfinite(s) || s < 0) return "--:--";
-  long t = static_cast<long>(s + 0.5);
-  char buf[32];
-  if (t >= 3600) {
-    std::snprintf(buf, sizeof(buf), "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%ld:%02ld", t / 60, t % 60);
-  }
-  return buf;
-}
-
 // Prints progress: a bar redrawn in place on a terminal, one plain line per record otherwise.
 class ProgressPrinter {
  public:

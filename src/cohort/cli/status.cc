@@ -16,6 +16,7 @@
 #include "cohort/base/error.h"
 #include "cohort/base/file.h"
 #include "cohort/cli/args.h"
+#include "cohort/cli/job_files.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -77,16 +78,7 @@ json fetch(httplib::Client& c, const ConsoleUrl& u, const std::string& path) {
 
 std::string duration(const json& v) {
   if (!v.is_number()) return "--:--";
-  double s = v.get<double>();
-  if (!std::isfinite(s) || s < 0) return "--:--";
-  long t = static_cast<long>(s + 0.5);
-  char buf[32];
-  if (t >= 3600) {
-    std::snprintf(buf, sizeof(buf), "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%ld:%02ld", t / 60, t % 60);
-  }
-  return buf;
+  return format_duration(v.get<double>());
 }
 
 std::string bytes(double b) {
