@@ -1,8 +1,8 @@
 #include "cohort/cli/job_files.h"
 
-#include <cstdio>
-#include <cmath>
 #include <cerrno>
+#include <cmath>
+#include <cstdio>
 
 #include "cohort/base/clock.h"
 #include "cohort/base/error.h"
