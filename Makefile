@@ -5,7 +5,7 @@ BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: deps configure build run test install test-asan test-tsan bench-training bench-compare bench-recovery accuracy-compression bench-trace format lint clean
+.PHONY: deps configure build run test install test-asan test-tsan bench-training bench-compare bench-compression bench-recovery accuracy-compression bench-trace format lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -35,6 +35,12 @@ bench-training: build
 
 bench-compare: build
 	scripts/bench-compare.sh
+
+# Time to accuracy on the emulated bandwidth-limited cluster (scripts/netcluster.sh, needs root):
+# Cohort's gradient compressions against PyTorch DDP; writes its section of BENCHMARKS.md. The
+# default is the 100 Mbit/s, 2-worker row (~25 min on 2 idle CPUs); BENCH_RATES, BENCH_WORKERS pick others.
+bench-compression: build
+	scripts/bench-compression.sh
 
 # The CNN on Fashion-MNIST with each gradient compression against uncompressed training (one
 # epoch each, about 15 minutes on 2 cores); fails if a codec misses its accuracy target.

@@ -11,6 +11,13 @@ torchrun (Debian's needs --redirects 1 --tee 1 on Python 3.11):
 
 Rank 0 prints one JSON line: samples_per_sec (all samples trained on by all ranks / training wall
 time, data loading and evaluation excluded, like Cohort's summary.json), test_accuracy, and times.
+
+Time to accuracy (like Cohort's train.eval_every_steps and train.stop_at_accuracy):
+--eval-every-steps N evaluates on the test set every N steps (all ranks, each its share, like
+Cohort) and rank 0 prints {"event": "eval", "step", "test_accuracy", "train_seconds"} with the
+training time so far, evaluations excluded; --stop-at-accuracy A stops at the first evaluation
+that reaches A. --fp16-hook compresses gradients to fp16 for the allreduce with PyTorch's own
+communication hook (ddp_comm_hooks.default_hooks.fp16_compress_hook).
 """
 import argparse
 import gzip
@@ -24,6 +31,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 
 def read_idx(path):
@@ -65,6 +73,10 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--bucket-mb", type=float, default=25)
+    p.add_argument("--max-steps", type=int, default=0)
+    p.add_argument("--eval-every-steps", type=int, default=0)
+    p.add_argument("--stop-at-accuracy", type=float, default=0)
+    p.add_argument("--fp16-hook", action="store_true")
     args = p.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -76,11 +88,29 @@ def main():
     x_test, y_test = load(args.data, "test")
     model = make_model(args.model)
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb)
+    if args.fp16_hook:
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
     sampler = torch.utils.data.distributed.DistributedSampler(
         range(len(y_train)), num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
 
-    samples = 0
+    def evaluate():
+        model.eval()
+        correct = torch.zeros(2, dtype=torch.float64)
+        with torch.no_grad():
+            sel = torch.arange(rank, len(y_test), world)
+            for s in range(0, len(sel), 1000):
+                b = sel[s:s + 1000]
+                correct[0] += (model(x_test[b]).argmax(1) == y_test[b]).sum()
+                correct[1] += len(b)
+        dist.all_reduce(correct)
+        model.train()
+        return (correct[0] / correct[1]).item()
+
+    samples = step = 0
+    eval_seconds = 0.0
+    accuracy = None
+    done = False
     dist.barrier()
     t0 = time.perf_counter()
     for epoch in range(args.epochs):
@@ -94,18 +124,29 @@ def main():
             loss.backward()
             opt.step()
             samples += len(b)
+            step += 1
+            accuracy = None
+            if args.eval_every_steps > 0 and step % args.eval_every_steps == 0:
+                te = time.perf_counter()
+                trained = te - t0 - eval_seconds  # training time so far, evaluations excluded
+                accuracy = evaluate()
+                eval_seconds += time.perf_counter() - te
+                if rank == 0:
+                    print(json.dumps({"event": "eval", "step": step, "test_accuracy": accuracy,
+                                      "train_seconds": trained}), flush=True)
+                done = args.stop_at_accuracy > 0 and accuracy >= args.stop_at_accuracy
+            if rank == 0 and step % 10 == 0:  # how far it got, should it be stopped from outside
+                print(json.dumps({"event": "step", "step": step}), flush=True)
+            if done or (args.max_steps > 0 and step >= args.max_steps):
+                done = True
+                break
+        if done:
+            break
     dist.barrier()
-    train_seconds = time.perf_counter() - t0
+    train_seconds = time.perf_counter() - t0 - eval_seconds
 
-    model.eval()
-    correct = torch.zeros(2, dtype=torch.float64)
-    with torch.no_grad():
-        sel = torch.arange(rank, len(y_test), world)
-        for s in range(0, len(sel), 1000):
-            b = sel[s:s + 1000]
-            correct[0] += (model(x_test[b]).argmax(1) == y_test[b]).sum()
-            correct[1] += len(b)
-    dist.all_reduce(correct)
+    if accuracy is None:
+        accuracy = evaluate()
     total = torch.tensor([samples], dtype=torch.float64)
     dist.all_reduce(total)
     if rank == 0:
@@ -113,7 +154,7 @@ def main():
             "library": "pytorch-ddp", "model": args.model, "workers": world,
             "samples": int(total.item()), "train_seconds": train_seconds,
             "samples_per_sec": total.item() / train_seconds,
-            "test_accuracy": (correct[0] / correct[1]).item(),
+            "test_accuracy": accuracy, "steps": step, "eval_seconds": eval_seconds,
         }), flush=True)
     dist.destroy_process_group()
 

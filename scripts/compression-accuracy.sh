@@ -13,6 +13,7 @@ WORKERS=${WORKERS:-2}
 EPOCHS=${EPOCHS:-1}
 CODECS=${CODECS:-fp16 bf16 int8 topk powersgd}
 OUT=${OUT:-$(mktemp -d /tmp/cohort-compression-XXXXXX)}
+mkdir -p "$OUT"
 
 run() {  # codec
   "$COHORT" run examples/fashion-cnn.yaml --run-dir "$OUT/$1" --set workers="$WORKERS" \

@@ -87,6 +87,38 @@ TEST(RunJob, TwoWorkersTrainTheMlpToTheTargetAccuracy) {
   fs::remove_all(dir);
 }
 
+// train.eval_every_steps records test accuracy on the way; train.stop_at_accuracy ends the job at
+// the first evaluation that reaches it (the MLP passes 0.7 within its first 100 steps).
+TEST(RunJob, PeriodicEvaluationStopsAtTheTargetAccuracy) {
+  auto dir = fresh_dir("stop-at-accuracy");
+  auto r = sh(cohort() + " run " + example("fashion-mlp.yaml") + " --run-dir " + dir.string() +
+              " --set workers=2 --set train.max_steps=400 --set train.eval_every_steps=25" +
+              " --set train.stop_at_accuracy=0.7 --set checkpoint.every_steps=0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<json> evals;
+  std::ifstream metrics(dir / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    auto m = json::parse(line);
+    if (m.contains("test_accuracy")) evals.push_back(m);
+  }
+  ASSERT_FALSE(evals.empty());
+  for (size_t i = 0; i < evals.size(); ++i) {
+    EXPECT_EQ(evals[i]["step"], 25 * static_cast<int>(i + 1)) << evals[i].dump();
+    EXPECT_GT(evals[i]["train_seconds"].get<double>(), 0) << evals[i].dump();
+    // Only the last evaluation reached the target: the job stopped there.
+    EXPECT_EQ(evals[i]["test_accuracy"].get<double>() >= 0.7, i + 1 == evals.size())
+        << evals[i].dump();
+  }
+  auto s = read_json(dir / "summary.json");
+  EXPECT_EQ(s["status"], "completed") << s.dump(2);
+  EXPECT_EQ(s["steps"], evals.back()["step"]) << s.dump(2);
+  EXPECT_LT(s["steps"].get<int>(), 400) << s.dump(2);
+  // The final evaluation is the one that stopped the job.
+  EXPECT_EQ(s["test_accuracy"], evals.back()["test_accuracy"]) << s.dump(2);
+  for (const auto& p : s["per_rank"]) EXPECT_GT(p["eval_seconds"].get<double>(), 0) << p.dump();
+  fs::remove_all(dir);
+}
+
 TEST(RunJob, ResumeContinuesBitwiseExactly) {
   // 2N steps straight vs N steps, then --resume for N more: the same parameters, bit for bit.
   auto straight = fresh_dir("straight"), split = fresh_dir("split");

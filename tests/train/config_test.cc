@@ -238,6 +238,27 @@ TEST(JobConfigErrors, KeysThatDoNotApply) {
             "job.yaml:1:31: data.path: does not apply when data.name is synthetic");
 }
 
+TEST(JobConfig, PeriodicEvaluationKeys) {
+  JobConfig c =
+      parse_job_config("train: {eval_every_steps: 50, stop_at_accuracy: 0.85}", "job.yaml");
+  EXPECT_EQ(c.train.eval_every_steps, 50);
+  EXPECT_DOUBLE_EQ(c.train.stop_at_accuracy, 0.85);
+  JobConfig d = parse_job_config("", "job.yaml");
+  EXPECT_EQ(d.train.eval_every_steps, 0);
+  EXPECT_EQ(d.train.stop_at_accuracy, 0);
+}
+
+TEST(JobConfigErrors, PeriodicEvaluationKeys) {
+  EXPECT_EQ(error_of("train: {stop_at_accuracy: 0.9}"),
+            "job.yaml:1:27: train.stop_at_accuracy: needs train.eval_every_steps > 0 (the accuracy "
+            "is measured by the periodic evaluation)");
+  EXPECT_EQ(error_of("train: {eval_every_steps: 10, stop_at_accuracy: 1.5}"),
+            "job.yaml:1:49: train.stop_at_accuracy: expected a number in [0, 1], got 1.5");
+  EXPECT_EQ(error_of("", {"train.eval_every_steps=-1"}),
+            "--set train.eval_every_steps=-1: train.eval_every_steps: expected a non-negative "
+            "integer, got -1");
+}
+
 TEST(JobConfig, CompressionKeys) {
   JobConfig c = parse_job_config(
       "comm: {compression: powersgd, compression_min_kb: 16, powersgd: {rank: 8, warmup_steps: 3}}",

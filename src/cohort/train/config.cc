@@ -28,8 +28,8 @@ const Schema& schema() {
       {"model", {"name"}},
       {"data", {"name", "path", "samples", "shape", "classes"}},
       {"train",
-       {"epochs", "max_steps", "batch_size", "seed", "log_every_steps", "drop_last", "optimizer",
-        "lr_schedule"}},
+       {"epochs", "max_steps", "batch_size", "seed", "log_every_steps", "drop_last",
+        "eval_every_steps", "stop_at_accuracy", "optimizer", "lr_schedule"}},
       {"train.optimizer", {"name", "lr", "momentum", "weight_decay", "betas", "eps"}},
       {"train.lr_schedule", {"warmup_steps", "scaling"}},
       {"comm",
@@ -191,6 +191,18 @@ void read_train(const YamlReader& r, const YAML::Node& root, TrainConfig& t) {
     t.log_every_steps = *v;
   }
   if (auto v = r.get_bool(m, "train.drop_last")) t.drop_last = *v;
+  if (auto v = r.get_int(m, "train.eval_every_steps", 0, kMaxInt, "a non-negative integer")) {
+    t.eval_every_steps = *v;
+  }
+  if (auto v =
+          r.get_number(m, "train.stop_at_accuracy", 0, false, 1, false, "a number in [0, 1]")) {
+    t.stop_at_accuracy = *v;
+  }
+  if (t.stop_at_accuracy > 0 && t.eval_every_steps == 0) {
+    r.fail("train.stop_at_accuracy", YamlReader::child(m, "train.stop_at_accuracy"),
+           "needs train.eval_every_steps > 0 (the accuracy is measured by the periodic "
+           "evaluation)");
+  }
   read_optimizer(r, m, t.optimizer);
   YAML::Node s = r.section(m, "train.lr_schedule");
   if (auto v =
@@ -271,7 +283,8 @@ void read_compression(const YamlReader& r, const YAML::Node& comm, CommConfig& c
   if (auto v = r.get_int(psgd, "comm.powersgd.rank", 1, 1024, "an integer in [1, 1024]")) {
     c.powersgd_rank = *v;
   }
-  if (auto v = r.get_int(psgd, "comm.powersgd.warmup_steps", 0, kMaxInt, "a non-negative integer")) {
+  if (auto v =
+          r.get_int(psgd, "comm.powersgd.warmup_steps", 0, kMaxInt, "a non-negative integer")) {
     c.powersgd_warmup_steps = *v;
   }
 }
@@ -529,6 +542,8 @@ std::string to_yaml(const JobConfig& c) {
   out << YAML::Key << "seed" << YAML::Value << t.seed;
   out << YAML::Key << "log_every_steps" << YAML::Value << t.log_every_steps;
   out << YAML::Key << "drop_last" << YAML::Value << (t.drop_last ? "true" : "false");
+  out << YAML::Key << "eval_every_steps" << YAML::Value << t.eval_every_steps;
+  num("stop_at_accuracy", t.stop_at_accuracy);
   out << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << std::string(optimizer_kind_name(t.optimizer.name));
   num("lr", t.optimizer.lr);

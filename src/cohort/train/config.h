@@ -63,7 +63,9 @@ struct TrainConfig {
   int64_t batch_size = 64;  // per worker
   uint64_t seed = 0;
   int64_t log_every_steps = 10;
-  bool drop_last = false;  // see DistributedSampler (sampler.h)
+  bool drop_last = false;        // see DistributedSampler (sampler.h)
+  int64_t eval_every_steps = 0;  // 0: evaluate on the test set only at the end
+  double stop_at_accuracy = 0;   // > 0: stop once a periodic evaluation reaches it
   OptimizerConfig optimizer;
   LrScheduleConfig lr_schedule;
   bool operator==(const TrainConfig&) const = default;

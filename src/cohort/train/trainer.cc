@@ -7,6 +7,7 @@
 #include <deque>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -315,6 +316,11 @@ json train(TrainerContext& ctx) {
   int64_t samples = 0;
   auto t_train = Clock::now();
   double train_s = 0;
+  // Periodic evaluation (train.eval_every_steps): its time is not training time. The newest result
+  // is kept so that a job stopped by train.stop_at_accuracy does not evaluate the same model twice.
+  double eval_s = 0;
+  bool reached = false;
+  std::optional<std::pair<int64_t, Evaluation>> newest_eval;
 
   for (;;) {
     std::string leave_reason;
@@ -483,11 +489,11 @@ json train(TrainerContext& ctx) {
       double window_loss = 0;
       auto bytes_now = [&] { return bytes_before + comm.stats().bytes_sent - bytes_at_connect; };
       status.maybe_report("training", state.step, total_steps, state.epoch, bytes_now(), true);
-      while (state.epoch < cfg.train.epochs && state.step < max_steps) {
+      while (state.epoch < cfg.train.epochs && state.step < max_steps && !reached) {
         sampler.reset(state.epoch, state.consumed);
         pending_epoch = state.epoch;
         bool epoch_end = false;
-        while (!epoch_end && state.step < max_steps) {
+        while (!epoch_end && state.step < max_steps && !reached) {
           phase(state.step + 1, comm::Phase::Data);
           faults.at_step(state.step, comm);
           auto t0 = Clock::now();
@@ -548,22 +554,42 @@ json train(TrainerContext& ctx) {
           epoch_end = sampler.steps_remaining() == 0;
           state.epoch = epoch_end ? state.epoch + 1 : state.epoch;
           state.consumed = epoch_end ? 0 : sampler.consumed();
-          const bool last = state.step >= total_steps || state.epoch >= cfg.train.epochs;
+          const bool evaluate_now =
+              cfg.train.eval_every_steps > 0 && state.step % cfg.train.eval_every_steps == 0;
+          if (evaluate_now) {
+            phase(state.step, comm::Phase::Evaluate);
+            auto t_eval = Clock::now();
+            newest_eval.emplace(state.step, evaluate(*model, test_set, comm));
+            const auto spent = Clock::now() - t_eval;
+            eval_s += std::chrono::duration<double>(spent).count();
+            t_window += spent;
+            // Every rank has the same allreduced accuracy, so all of them stop at the same step.
+            reached = cfg.train.stop_at_accuracy > 0 &&
+                      newest_eval->second.accuracy >= cfg.train.stop_at_accuracy;
+          }
+          const bool last = state.step >= total_steps || state.epoch >= cfg.train.epochs || reached;
           if (rank == 0 && ctx.report_progress &&
-              (state.step % cfg.train.log_every_steps == 0 || last || epoch_end)) {
+              (state.step % cfg.train.log_every_steps == 0 || last || epoch_end || evaluate_now)) {
             double dt = seconds_since(t_window);
-            double accuracy = window_seen > 0 ? static_cast<double>(window_correct) / window_seen : 0;
-            ctx.report_progress(json{{"step", state.step},
-                                     {"total_steps", total_steps},
-                                     {"epoch", pending_epoch},
-                                     {"epochs", cfg.train.epochs},
-                                     {"loss", window_loss / window_steps},
-                                     {"accuracy", accuracy},
-                                     {"lr", learning_rate(*optimizer)},
-                                     {"samples_per_sec", dt > 0 ? window_samples / dt : 0.0},
-                                     {"steps_per_sec", dt > 0 ? window_steps / dt : 0.0},
-                                     {"world_size", world},
-                                     {"time", wall_seconds()}});
+            double accuracy =
+                window_seen > 0 ? static_cast<double>(window_correct) / window_seen : 0;
+            json record{{"step", state.step},
+                        {"total_steps", total_steps},
+                        {"epoch", pending_epoch},
+                        {"epochs", cfg.train.epochs},
+                        {"loss", window_loss / window_steps},
+                        {"accuracy", accuracy},
+                        {"lr", learning_rate(*optimizer)},
+                        {"samples_per_sec", dt > 0 ? window_samples / dt : 0.0},
+                        {"steps_per_sec", dt > 0 ? window_steps / dt : 0.0},
+                        {"world_size", world},
+                        {"time", wall_seconds()}};
+            if (evaluate_now) {
+              record["test_accuracy"] = newest_eval->second.accuracy;
+              record["test_loss"] = newest_eval->second.loss;
+              record["train_seconds"] = seconds_since(t_train) - eval_s;
+            }
+            ctx.report_progress(record);
             t_window = Clock::now();
             window_steps = window_samples = window_correct = window_seen = 0;
             window_loss = 0;
@@ -588,7 +614,7 @@ json train(TrainerContext& ctx) {
           }
         }
       }
-      train_s = seconds_since(t_train);
+      train_s = seconds_since(t_train) - eval_s;
       if (rank == 0 && checkpoints && cfg.checkpoint.every_steps > 0 && state.step > resumed_from &&
           state.step % cfg.checkpoint.every_steps != 0) {
         checkpoints->save({.step = state.step,
@@ -603,7 +629,9 @@ json train(TrainerContext& ctx) {
 
       status.maybe_report("evaluating", state.step, total_steps, state.epoch, bytes_now(), true);
       phase(state.step, comm::Phase::Evaluate);
-      Evaluation ev = evaluate(*model, test_set, comm);
+      Evaluation ev = newest_eval && newest_eval->first == state.step
+                          ? newest_eval->second
+                          : evaluate(*model, test_set, comm);
       phase(state.step, comm::Phase::Done);
       recovery_done();
       count_bytes();
@@ -629,6 +657,7 @@ json train(TrainerContext& ctx) {
           {"comm_seconds", comm_s},
           {"data_seconds", data_s},
           {"snapshot_seconds", snapshot_s},
+          {"eval_seconds", eval_s},
           {"comm_bytes", comm_bytes},
           // Gradient exchange only: what went on the wire, and what an uncompressed f32 ring
           // allreduce of the same buckets would have sent.
