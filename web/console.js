@@ -70,7 +70,8 @@
     $('job-rate').textContent = fmt.num(j.samples_per_sec, 0);
     $('job-elapsed').textContent = fmt.duration(j.elapsed_seconds);
     $('job-eta').textContent = fmt.duration(j.eta_seconds);
-    $('job-workers').textContent = `${j.joined} / ${j.world_size} joined`;
+    $('job-workers').textContent = `${j.joined} / ${j.world_size} joined` +
+      (j.members !== undefined && j.members !== j.world_size ? `, ${j.members} training` : '');
     $('progress-bar').style.width = `${Math.round(100 * (j.progress || 0))}%`;
     if ($('job-config').textContent !== j.config) $('job-config').textContent = j.config;
     const result = $('job-result');
@@ -95,7 +96,7 @@
     for (const w of rows) {
       let tr = body.querySelector(`tr[data-rank="${w.rank}"]`);
       if (!tr) { tr = document.createElement('tr'); tr.dataset.rank = w.rank; body.appendChild(tr); }
-      cell(tr, 'rank', String(w.rank));
+      cell(tr, 'rank', w.replaces === undefined ? String(w.rank) : `${w.rank} (for ${w.replaces})`);
       cell(tr, 'host', w.host || '–');
       cell(tr, 'pid', w.pid ? String(w.pid) : '–');
       const st = cell(tr, 'state', w.state);

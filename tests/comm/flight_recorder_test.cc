@@ -50,6 +50,31 @@ TEST(FlightRecorder, KeepsTheLastEntriesInOrder) {
   EXPECT_EQ(phase_name(parse_phase("optimizer")), "optimizer");
 }
 
+TEST(FlightRecorder, KeepsALatencyHistogramPerOperationAcrossRestarts) {
+  FlightRecorder rec(0, /*capacity=*/2);
+  uint64_t seq = 0;
+  auto run = [&](OpKind kind, bool ok) {
+    ++seq;
+    rec.on_queued({.seq = seq, .kind = kind, .dtype = DType::F32, .count = 1});
+    rec.on_started(seq, Algorithm::Ring);
+    rec.on_finished(seq, ok);
+  };
+  EXPECT_TRUE(rec.latencies().empty());
+  for (int i = 0; i < 5; ++i) run(OpKind::Allreduce, true);
+  run(OpKind::Broadcast, true);
+  run(OpKind::Barrier, false);  // failed: not a latency
+  rec.restart();
+  seq = 0;
+  run(OpKind::Allreduce, true);
+  auto l = rec.latencies();
+  ASSERT_EQ(l.size(), 2u);
+  EXPECT_EQ(l[0].kind, OpKind::Allreduce);
+  EXPECT_EQ(l[0].histogram.count(), 6u);  // more than the ring holds, and across the restart
+  EXPECT_EQ(l[1].kind, OpKind::Broadcast);
+  EXPECT_EQ(l[1].histogram.count(), 1u);
+  EXPECT_GE(l[0].histogram.sum(), 0.0);
+}
+
 TEST(FlightRecorder, CommunicatorRecordsEveryCollective) {
   World world(3);
   world.run([&](int r, Communicator& comm) {
@@ -73,6 +98,9 @@ TEST(FlightRecorder, CommunicatorRecordsEveryCollective) {
       EXPECT_LE(rec.started_us, rec.finished_us);
     }
     EXPECT_EQ(comm.flight_recorder().last_done(), 4u);
+    auto l = comm.flight_recorder().latencies();
+    ASSERT_EQ(l.size(), 4u) << "rank " << r;
+    for (const auto& k : l) EXPECT_EQ(k.histogram.count(), 1u) << op_kind_name(k.kind);
   });
 }
 

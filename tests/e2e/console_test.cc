@@ -166,6 +166,8 @@ TEST(Console, ApiStreamPrometheusAndStatusOfARunningTwoWorkerJob) {
   EXPECT_GT(sample(text, "cohort_samples_per_second"), 0);
   EXPECT_GT(sample(text, "cohort_bytes_sent_total"), 0);
   EXPECT_GT(sample(text, "cohort_collective_wait_seconds_count"), 0);
+  EXPECT_GT(sample(text, "cohort_collective_latency_seconds_count{op=\"allreduce\"}"), 0)
+      << prom->body;
   EXPECT_EQ(sample(text, "cohort_worker_state{rank=\"1\",state=\"training\"}"), 1);
 
   // The event stream: a first update with everything, then new progress as it happens.
@@ -195,7 +197,7 @@ TEST(Console, ApiStreamPrometheusAndStatusOfARunningTwoWorkerJob) {
         "bash -c 'cd " + root.string() + " && " + COHORT_BINARY + " status " + arg + "'", 60);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     EXPECT_NE(r.output.find("job fashion-mlp  running  step "), std::string::npos) << r.output;
-    EXPECT_NE(r.output.find("rank  host"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("\nrank      host             pid"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("training"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("console_started"), std::string::npos) << r.output;
   }

@@ -3,6 +3,7 @@
 // exactly once, and report the failure and the recovery in events.jsonl and summary.json.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -179,7 +180,7 @@ TEST(Elastic, KilledWorkerIsReplacedAndTheJobFinishesAsWellAsWithoutFailure) {
   auto sets = job;
   for (const char* s :
        {"elastic.max_restarts=1", "elastic.min_workers=2", "elastic.heartbeat_s=0.2",
-        "elastic.failure_timeout_s=1", "elastic.snapshot_every_steps=10"}) {
+        "elastic.failure_timeout_s=1", "elastic.snapshot_every_steps=10", "dashboard.port=0"}) {
     sets.push_back(s);
   }
   Launcher run(dir / "faulty", sets);
@@ -188,6 +189,28 @@ TEST(Elastic, KilledWorkerIsReplacedAndTheJobFinishesAsWellAsWithoutFailure) {
   int victim = run.worker_pid(1);
   ASSERT_GT(victim, 0);
   ASSERT_EQ(kill(victim, SIGKILL), 0);
+  // The console follows the replacement (rank 3): a row of its own that says whom it replaces,
+  // with the step it reports once it trains.
+  std::ifstream url_file(run.run() / "console.url");
+  std::string url;
+  std::getline(url_file, url);
+  ASSERT_FALSE(url.empty());
+  // "http://127.0.0.1:PORT/"
+  httplib::Client console("127.0.0.1", std::stoi(url.substr(url.rfind(':') + 1)));
+  console.set_read_timeout(5, 0);
+  json replacement;
+  run.wait_until(
+      [&] {
+        auto res = console.Get("/api/workers");
+        if (!res || res->status != 200) return false;
+        for (const auto& w : json::parse(res->body)) {
+          if (w.value("replaces", -1) == 1 && w.contains("step")) replacement = w;
+        }
+        return !replacement.is_null();
+      },
+      120s);
+  ASSERT_TRUE(replacement.is_object()) << "the console showed no row for the replacement";
+  EXPECT_EQ(replacement.value("rank", -1), 3) << replacement.dump();
   ASSERT_EQ(run.wait_exit(180s), 0) << run.output();
 
   auto s = read_json(run.run() / "summary.json");

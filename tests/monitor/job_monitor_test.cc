@@ -178,6 +178,56 @@ TEST(JobMonitor, PrometheusTextHasStepLossBytesHistogramAndWorkerStates) {
   EXPECT_NEAR(v["cohort_collective_wait_seconds_sum"], 3.0003, 1e-9);
 }
 
+json histogram(std::initializer_list<double> seconds) {
+  LatencyHistogram h;
+  for (double x : seconds) h.observe(x);
+  json counts = json::array();
+  for (size_t i = 0; i < LatencyHistogram::kBuckets; ++i) counts.push_back(h.bucket(i));
+  return {{"counts", counts}, {"sum", h.sum()}};
+}
+
+TEST(JobMonitor, PrometheusCollectiveLatencyIsAHistogramPerOperationOverAllWorkers) {
+  JobMonitor m(info());
+  json s0 = status(10, 0, 0.001), s1 = status(10, 0, 0.001);
+  s0["collective_latency"] = {{"allreduce", histogram({0.0002, 0.003})},
+                              {"broadcast", histogram({0.02})}};
+  s1["collective_latency"] = {{"allreduce", histogram({0.004})},
+                              {"allgather", {{"counts", "not a list"}}}};  // ignored
+  m.update_worker(0, std::nullopt, s0, std::nullopt);
+  m.update_worker(1, std::nullopt, s1, std::nullopt);
+  auto v = parse_exposition(m.prometheus());
+  const std::string ar = "cohort_collective_latency_seconds";
+  EXPECT_EQ(v[ar + "_bucket{op=\"allreduce\",le=\"0.00025\"}"], 1);
+  EXPECT_EQ(v[ar + "_bucket{op=\"allreduce\",le=\"0.0025\"}"], 1);
+  EXPECT_EQ(v[ar + "_bucket{op=\"allreduce\",le=\"0.005\"}"], 3);
+  EXPECT_EQ(v[ar + "_bucket{op=\"allreduce\",le=\"+Inf\"}"], 3);
+  EXPECT_EQ(v[ar + "_count{op=\"allreduce\"}"], 3);
+  EXPECT_NEAR(v[ar + "_sum{op=\"allreduce\"}"], 0.0072, 1e-12);
+  EXPECT_EQ(v[ar + "_count{op=\"broadcast\"}"], 1);
+  EXPECT_EQ(v[ar + "_count{op=\"allgather\"}"], 0);
+}
+
+TEST(JobMonitor, AReplacementWorkerGetsARowThatSaysWhomItReplaces) {
+  JobMonitor m(info(2));
+  m.worker_exited(1, "killed by signal 9 (SIGKILL)", false);
+  m.add_worker(2, /*replaces=*/1);
+  EXPECT_EQ(m.ranks(), 3);
+  json e{{"time", 1.0}, {"event", "membership_changed"}, {"epoch", 1}, {"members", {0}}};
+  m.add_event(e);
+  EXPECT_EQ(m.job()["members"], 1);
+  m.update_worker(2, std::nullopt, status(5, 10, 0.001), std::nullopt);
+  json w = m.workers();
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_EQ(w[1]["state"], "failed");
+  EXPECT_FALSE(w[1].contains("replaces"));
+  EXPECT_EQ(w[2]["rank"], 2);
+  EXPECT_EQ(w[2]["replaces"], 1);
+  EXPECT_EQ(w[2]["state"], "training");
+  EXPECT_EQ(w[2]["step"], 5);
+  auto v = parse_exposition(m.prometheus());
+  EXPECT_EQ(v["cohort_worker_state{rank=\"2\",state=\"training\"}"], 1);
+}
+
 TEST(JobMonitor, PrometheusLabelValuesAreEscaped) {
   JobInfo i = info(1);
   i.name = "a\"b\\c";
@@ -204,6 +254,15 @@ TEST(StatusPoller, ReadsJoinedStatusAndHeartbeatKeysFromTheStore) {
   EXPECT_EQ(w[1]["heartbeats"], 3);
   EXPECT_TRUE(w[1]["last_heartbeat"].is_number());
   EXPECT_TRUE(w[0]["last_heartbeat"].is_null());
+
+  // A replacement worker (rank 2 of a 2-worker job) is followed once the launcher adds it.
+  s.set(elastic::keys::status(2), store::to_bytes(status(7, 9, 0.01).dump()));
+  p.poll_once();
+  EXPECT_EQ(m.workers().size(), 2u);
+  m.add_worker(2, 0);
+  p.poll_once();
+  ASSERT_EQ(m.workers().size(), 3u);
+  EXPECT_EQ(m.workers()[2]["step"], 7);
 }
 
 }  // namespace

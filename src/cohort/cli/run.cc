@@ -470,6 +470,7 @@ int run_main(int argc, char** argv) {
       int r = next_rank++;
       pid_t pid = spawn(r);
       events.write({{"event", "worker_started"}, {"rank", r}, {"pid", pid}, {"replaces", lost}});
+      if (console) console->monitor().add_worker(r, lost);
     }
     coordinator.expect_joiners(joiners_possible());
     if (auto why = coordinator.abandoned()) {

@@ -122,10 +122,13 @@ void print_picture(const json& job, const json& workers, const json& events) {
   std::printf("[%s%s] %3.0f%%  elapsed %s  ETA %s\n", std::string(filled, '#').c_str(),
               std::string(width - filled, '.').c_str(), 100 * job.value("progress", 0.0),
               duration(job["elapsed_seconds"]).c_str(), duration(job["eta_seconds"]).c_str());
-  std::printf("loss %s  accuracy %s  %s samples/s  workers %d/%d joined\n",
+  std::printf("loss %s  accuracy %s  %s samples/s  workers %d/%d joined",
               number(job, "loss", "%.4f").c_str(), number(job, "accuracy", "%.4f").c_str(),
               number(job, "samples_per_sec", "%.0f").c_str(), job.value("joined", 0),
               job.value("world_size", 0));
+  const int members = job.value("members", job.value("world_size", 0));
+  if (members != job.value("world_size", 0)) std::printf(", %d training", members);
+  std::printf("\n");
   if (job.contains("summary") && job["summary"].is_object()) {
     const json& s = job["summary"];
     if (s.contains("error")) {
@@ -135,13 +138,16 @@ void print_picture(const json& job, const json& workers, const json& events) {
                   number(s, "samples_per_sec", "%.0f").c_str());
     }
   }
-  std::printf("\n%-5s %-16s %-8s %-11s %-8s %-10s %-6s %-10s %s\n", "rank", "host", "pid", "state",
+  std::printf("\n%-9s %-16s %-8s %-11s %-8s %-10s %-6s %-10s %s\n", "rank", "host", "pid", "state",
               "step", "step time", "comm", "sent", "heartbeat");
   for (const auto& w : workers) {
     std::string hb = w["last_heartbeat"].is_number()
                          ? number(w, "heartbeat_age_seconds", "%.1f s ago")
                          : std::string("-");
-    std::printf("%-5d %-16s %-8ld %-11s %-8s %-10s %-6s %-10s %s\n", w.value("rank", 0),
+    // A replacement worker: "3 (for 1)".
+    std::string rank = std::to_string(w.value("rank", 0));
+    if (w.contains("replaces")) rank += " (for " + std::to_string(w.value("replaces", 0)) + ")";
+    std::printf("%-9s %-16s %-8ld %-11s %-8s %-10s %-6s %-10s %s\n", rank.c_str(),
                 w.value("host", std::string("-")).substr(0, 16).c_str(), w.value("pid", 0L),
                 w.value("state", std::string("?")).c_str(), number(w, "step", "%.0f").c_str(),
                 number(w, "step_time", "%.1f ms", 1000).c_str(),

@@ -101,6 +101,10 @@ void FlightRecorder::on_finished(uint64_t seq, bool ok, const OpTiming* timing,
         r->peers = timing->peers;
       }
       r->sent_bytes = sent_bytes;
+      const auto k = static_cast<size_t>(r->kind);
+      if (ok && r->started_us > 0 && k < latency_.size()) {
+        latency_[k].observe(static_cast<double>(t - r->started_us) * 1e-6);
+      }
       if (observer) copy = *r;
       found = true;
     }
@@ -137,6 +141,17 @@ FlightSnapshot FlightRecorder::snapshot() const {
     if (r.seq == seq) s.records.push_back(r);
   }
   return s;
+}
+
+static_assert(static_cast<size_t>(OpKind::Allgatherv) < 9, "latency_ has a slot per OpKind");
+
+std::vector<FlightRecorder::KindLatency> FlightRecorder::latencies() const {
+  std::vector<KindLatency> out;
+  std::lock_guard lk(mu_);
+  for (size_t k = 0; k < latency_.size(); ++k) {
+    if (latency_[k].count() > 0) out.push_back({static_cast<OpKind>(k), latency_[k]});
+  }
+  return out;
 }
 
 }  // namespace cohort::comm

@@ -8,8 +8,13 @@
 // atomic stores. A caller may attach a short label to a collective (DDP: "bucket 3"). A snapshot
 // copies the ring under its lock; the communication thread holds that lock for a few stores per
 // collective, so recording costs well under a microsecond per operation.
+//
+// Besides the ring, the recorder keeps a latency histogram per kind of operation (started to
+// finished, successful ones), cumulative over the process's life: the console's Prometheus
+// endpoint publishes them (cohort_collective_latency_seconds).
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +24,7 @@
 #include <vector>
 
 #include "cohort/base/dtype.h"
+#include "cohort/base/histogram.h"
 #include "cohort/comm/types.h"
 #include "cohort/comm/wire.h"
 
@@ -128,6 +134,14 @@ class FlightRecorder {
 
   FlightSnapshot snapshot() const;
 
+  // Latency of every successful operation of each kind so far (started to finished), kept across
+  // restart(). Kinds that never ran are left out.
+  struct KindLatency {
+    OpKind kind;
+    LatencyHistogram histogram;
+  };
+  std::vector<KindLatency> latencies() const;
+
   // The observer must outlive its registration; set nullptr before it goes away.
   void set_observer(CollectiveObserver* o) { observer_.store(o, std::memory_order_release); }
 
@@ -137,7 +151,9 @@ class FlightRecorder {
   const int rank_;
   mutable std::mutex mu_;
   std::vector<CollectiveRecord> ring_;  // slot seq % capacity
-  uint64_t newest_ = 0;                 // highest seq recorded
+  static constexpr size_t kKinds = 9;   // OpKind values are 1..8
+  std::array<LatencyHistogram, kKinds> latency_{};
+  uint64_t newest_ = 0;  // highest seq recorded
   std::atomic<int64_t> step_{-1};
   std::atomic<uint8_t> phase_{0};
   std::atomic<int64_t> since_us_{0};

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 
 #include "cohort/base/clock.h"
 #include "cohort/base/histogram.h"
@@ -47,6 +48,19 @@ std::string number(double v) {
   return std::string(buf, end);
 }
 
+// Adds a histogram a worker published ({"counts": [one per bucket], "sum": s}); anything else is
+// ignored (a worker of another version).
+void add_histogram(LatencyHistogram& into, const json& h) {
+  if (!h.is_object() || !h.contains("counts") || !h["counts"].is_array() ||
+      h["counts"].size() != LatencyHistogram::kBuckets) {
+    return;
+  }
+  for (size_t i = 0; i < LatencyHistogram::kBuckets; ++i) {
+    into.add_to_bucket(i, h["counts"][i].is_number_unsigned() ? h["counts"][i].get<uint64_t>() : 0);
+  }
+  into.add_sum(h.value("sum", 0.0));
+}
+
 class Exposition {
  public:
   void family(const char* name, const char* type, const char* help) {
@@ -56,6 +70,19 @@ class Exposition {
     out_ += name;
     if (!labels.empty()) out_ += "{" + labels + "}";
     out_ += " " + number(v) + "\n";
+  }
+  // A histogram's _bucket (cumulative, with "le"), _sum and _count samples.
+  void histogram(const std::string& name, const std::string& labels, const LatencyHistogram& h) {
+    const std::string sep = labels.empty() ? "" : labels + ",";
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < LatencyHistogram::kBuckets; ++i) {
+      cumulative += h.bucket(i);
+      const std::string le =
+          i < LatencyHistogram::kBounds.size() ? number(LatencyHistogram::kBounds[i]) : "+Inf";
+      sample(name + "_bucket", sep + "le=\"" + le + "\"", static_cast<double>(cumulative));
+    }
+    sample(name + "_sum", labels, h.sum());
+    sample(name + "_count", labels, static_cast<double>(h.count()));
   }
   std::string take() { return std::move(out_); }
 
@@ -69,6 +96,7 @@ JobMonitor::JobMonitor(JobInfo info) : info_(std::move(info)) {
   if (info_.world_size < 1) info_.world_size = 1;
   if (info_.started == 0) info_.started = wall_seconds();
   workers_.resize(static_cast<size_t>(info_.world_size));
+  members_ = info_.world_size;
 }
 
 void JobMonitor::changed() {
@@ -86,6 +114,10 @@ void JobMonitor::add_metric(const json& record) {
 void JobMonitor::add_event(const json& event) {
   std::lock_guard lk(mu_);
   events_.push_back(event);
+  if (event.value("event", "") == "membership_changed" && event.contains("members") &&
+      event["members"].is_array()) {
+    members_ = static_cast<int>(event["members"].size());
+  }
   changed();
 }
 
@@ -115,6 +147,19 @@ bool JobMonitor::update_worker(int rank, const std::optional<json>& joined,
   }
   if (any) changed();
   return any;
+}
+
+void JobMonitor::add_worker(int rank, int replaces) {
+  std::lock_guard lk(mu_);
+  if (rank < 0) return;
+  if (rank >= static_cast<int>(workers_.size())) workers_.resize(static_cast<size_t>(rank) + 1);
+  workers_[static_cast<size_t>(rank)].replaces = replaces;
+  changed();
+}
+
+int JobMonitor::ranks() const {
+  std::lock_guard lk(mu_);
+  return static_cast<int>(workers_.size());
 }
 
 void JobMonitor::worker_exited(int rank, const std::string& how, bool ok) {
@@ -158,6 +203,7 @@ json JobMonitor::job_locked() const {
   json j{{"name", info_.name},
          {"state", state_},
          {"world_size", info_.world_size},
+         {"members", members_},
          {"run_dir", info_.run_dir},
          {"config", info_.config_yaml},
          {"started", info_.started},
@@ -227,6 +273,7 @@ json JobMonitor::worker_locked(int rank) const {
     r["last_heartbeat"] = nullptr;
   }
   if (!w.exit.empty()) r["exit"] = w.exit;
+  if (w.replaces >= 0) r["replaces"] = w.replaces;
   return r;
 }
 
@@ -307,33 +354,26 @@ std::string JobMonitor::prometheus() const {
 
   double bytes_total = 0;
   LatencyHistogram wait;
+  std::map<std::string, LatencyHistogram> latency;  // by operation, all workers together
   for (const auto& w : workers_) {
     if (!w.status.is_object()) continue;
     bytes_total += w.status.value("bytes_sent", 0.0);
-    const json& h = w.status.contains("comm_wait_hist") ? w.status["comm_wait_hist"] : json();
-    if (h.is_object() && h.contains("counts") && h["counts"].is_array() &&
-        h["counts"].size() == LatencyHistogram::kBuckets) {
-      for (size_t i = 0; i < LatencyHistogram::kBuckets; ++i) {
-        wait.add_to_bucket(
-            i, h["counts"][i].is_number_unsigned() ? h["counts"][i].get<uint64_t>() : 0);
-      }
-      wait.add_sum(h.value("sum", 0.0));
-    }
+    if (w.status.contains("comm_wait_hist")) add_histogram(wait, w.status["comm_wait_hist"]);
+    const json& ops =
+        w.status.contains("collective_latency") ? w.status["collective_latency"] : json::object();
+    if (!ops.is_object()) continue;
+    for (const auto& [op, h] : ops.items()) add_histogram(latency[op], h);
   }
   e.family("cohort_bytes_sent_total", "counter", "Bytes all workers sent to their peers.");
   e.sample("cohort_bytes_sent_total", "", bytes_total);
+  e.family("cohort_collective_latency_seconds", "histogram",
+           "Time each collective took from start to finish, by operation, all workers.");
+  for (const auto& [op, h] : latency) {
+    e.histogram("cohort_collective_latency_seconds", "op=\"" + label(op) + "\"", h);
+  }
   e.family("cohort_collective_wait_seconds", "histogram",
            "Time a training step blocked on its gradient allreduces, all workers' steps.");
-  uint64_t cumulative = 0;
-  for (size_t i = 0; i < LatencyHistogram::kBuckets; ++i) {
-    cumulative += wait.bucket(i);
-    const std::string le =
-        i < LatencyHistogram::kBounds.size() ? number(LatencyHistogram::kBounds[i]) : "+Inf";
-    e.sample("cohort_collective_wait_seconds_bucket", "le=\"" + le + "\"",
-             static_cast<double>(cumulative));
-  }
-  e.sample("cohort_collective_wait_seconds_sum", "", wait.sum());
-  e.sample("cohort_collective_wait_seconds_count", "", static_cast<double>(wait.count()));
+  e.histogram("cohort_collective_wait_seconds", "", wait);
 
   std::vector<json> rows;
   for (int r = 0; r < static_cast<int>(workers_.size()); ++r) rows.push_back(worker_locked(r));

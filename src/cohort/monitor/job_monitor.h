@@ -44,6 +44,11 @@ class JobMonitor {
   bool update_worker(int rank, const std::optional<nlohmann::json>& joined,
                      const std::optional<nlohmann::json>& status,
                      const std::optional<std::string>& heartbeat);
+  // The launcher started a worker beyond the first world_size ranks (a replacement for rank
+  // `replaces`, or -1): it gets a row of its own, which the status poller then follows.
+  void add_worker(int rank, int replaces = -1);
+  // How many worker rows there are (ranks 0 .. ranks()-1).
+  int ranks() const;
   // The launcher saw the worker's process end (e.g. "exit 0", "killed by SIGKILL").
   void worker_exited(int rank, const std::string& how, bool ok);
   // The job ended: state is "completed", "failed" or "cancelled"; summary is summary.json.
@@ -83,6 +88,7 @@ class JobMonitor {
     std::string exit;           // how the process ended, "" while running
     bool exit_ok = true;
     double status_seen = 0;  // wall time the status last changed
+    int replaces = -1;       // the rank this worker replaced, or -1
   };
 
   void changed();  // caller holds mu_
@@ -101,6 +107,7 @@ class JobMonitor {
   std::vector<Worker> workers_;
   nlohmann::json worker_rows_;  // set_worker_rows(), or null
   double finished_ = 0;
+  int members_ = 0;  // workers in the current membership epoch (membership_changed events)
 };
 
 }  // namespace cohort::monitor

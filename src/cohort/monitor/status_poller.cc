@@ -1,5 +1,7 @@
 #include "cohort/monitor/status_poller.h"
 
+#include <algorithm>
+
 #include "cohort/base/log.h"
 #include "cohort/elastic/job_protocol.h"
 
@@ -33,7 +35,9 @@ StatusPoller::~StatusPoller() {
 }
 
 void StatusPoller::poll_once() {
-  for (int r = 0; r < world_size_; ++r) {
+  // Replacement workers (ranks from world_size on) get rows as the launcher starts them.
+  const int ranks = std::max(world_size_, monitor_.ranks());
+  for (int r = 0; r < ranks; ++r) {
     auto joined = read_json(*store_, elastic::keys::joined(r));
     auto status = read_json(*store_, elastic::keys::status(r));
     auto heartbeat = read(*store_, elastic::keys::heartbeat(r));

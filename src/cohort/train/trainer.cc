@@ -114,10 +114,12 @@ Evaluation evaluate(Model& model, const Dataset& test, comm::Communicator& comm)
 }
 
 // A rank's live status for the console: step time, the share of it spent waiting on gradient
-// exchange, and a histogram of that wait, published about twice a second.
+// exchange, a histogram of that wait, and the latency histograms of every kind of collective
+// (from the flight recorder), published about twice a second.
 class StatusReporter {
  public:
-  explicit StatusReporter(const TrainerContext& ctx) : report_(ctx.report_status) {}
+  StatusReporter(const TrainerContext& ctx, const comm::FlightRecorder& recorder)
+      : report_(ctx.report_status), recorder_(recorder) {}
 
   void step(double seconds, double wait_seconds, int64_t samples) {
     wait_hist_.observe(wait_seconds);
@@ -130,14 +132,17 @@ class StatusReporter {
   void maybe_report(const char* state, int64_t step, int64_t total, int64_t epoch, uint64_t bytes,
                     bool force = false) {
     if (!report_ || (!force && seconds_since(last_) < 0.5)) return;
-    json counts = json::array();
-    for (size_t i = 0; i < LatencyHistogram::kBuckets; ++i) counts.push_back(wait_hist_.bucket(i));
+    json latency = json::object();
+    for (const auto& [kind, h] : recorder_.latencies()) {
+      latency[std::string(comm::op_kind_name(kind))] = histogram_json(h);
+    }
     json s{{"state", state},
            {"step", step},
            {"total_steps", total},
            {"epoch", epoch},
            {"bytes_sent", bytes},
-           {"comm_wait_hist", {{"counts", counts}, {"sum", wait_hist_.sum()}}},
+           {"comm_wait_hist", histogram_json(wait_hist_)},
+           {"collective_latency", std::move(latency)},
            {"time", wall_seconds()}};
     if (steps_ > 0) {
       s["step_time"] = step_seconds_ / steps_;
@@ -152,7 +157,14 @@ class StatusReporter {
   }
 
  private:
+  static json histogram_json(const LatencyHistogram& h) {
+    json counts = json::array();
+    for (size_t i = 0; i < LatencyHistogram::kBuckets; ++i) counts.push_back(h.bucket(i));
+    return {{"counts", std::move(counts)}, {"sum", h.sum()}};
+  }
+
   std::function<void(const json&)> report_;
+  const comm::FlightRecorder& recorder_;
   LatencyHistogram wait_hist_;
   Clock::time_point last_ = Clock::now();
   int64_t steps_ = 0, samples_ = 0;
@@ -312,7 +324,7 @@ json train(TrainerContext& ctx) {
   uint64_t comm_bytes = 0;
   // Gradient exchange only, summed over membership epochs (see DdpStats).
   uint64_t grad_sent = 0, grad_received = 0, grad_uncompressed = 0;
-  StatusReporter status(ctx);
+  StatusReporter status(ctx, recorder);
   int64_t samples = 0;
   auto t_train = Clock::now();
   double train_s = 0;
