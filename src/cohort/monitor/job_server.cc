@@ -326,12 +326,14 @@ void JobServer::follow(Running& r) {
       r.console->set_read_timeout(2, 0);
     }
   }
-  if (r.console && Clock::now() >= r.next_workers_poll) {
-    r.next_workers_poll = Clock::now() + std::chrono::milliseconds(500);
-    if (auto res = r.console->Get("/api/workers"); res && res->status == 200) {
-      json rows = json::parse(res->body, nullptr, false);
-      if (rows.is_array()) r.monitor->set_worker_rows(rows);
-    }
+}
+
+void JobServer::poll_workers(Running& r) {
+  if (!r.console || Clock::now() < r.next_workers_poll) return;
+  r.next_workers_poll = Clock::now() + std::chrono::milliseconds(500);
+  if (auto res = r.console->Get("/api/workers"); res && res->status == 200) {
+    json rows = json::parse(res->body, nullptr, false);
+    if (rows.is_array()) r.monitor->set_worker_rows(rows);
   }
 }
 
@@ -364,39 +366,51 @@ bool JobServer::finish_if_exited(Running& r) {
   return true;
 }
 
+void JobServer::locked_pass() {
+  for (int64_t id : cancels_) {
+    if (auto it = running_.find(id); it != running_.end()) it->second->proc.signal(SIGINT);
+  }
+  cancels_.clear();
+  int used = 0;
+  for (auto it = running_.begin(); it != running_.end();) {
+    follow(*it->second);
+    if (finish_if_exited(*it->second)) {
+      it = running_.erase(it);
+    } else {
+      used += it->second->rec.workers;
+      ++it;
+    }
+  }
+  if (stop_.load()) return;
+  // In submission order: a job that does not fit yet holds back the ones after it.
+  for (const auto& q : history_->with_state("queued")) {
+    if (used + q.workers > options_.max_workers) break;
+    try {
+      start_job(q);
+      used += q.workers;
+    } catch (const std::exception& e) {
+      JobRecord failed = q;
+      failed.state = "failed";
+      failed.error = std::string("could not start: ") + e.what();
+      failed.finished = wall_seconds();
+      history_->update(failed);
+      monitors_.erase(q.id);
+    }
+  }
+}
+
 void JobServer::schedule_loop() {
+  // Under the lock: cancels, files, exits, starts. The worker rows come over HTTP from each job's
+  // own console, outside the lock, so that a slow console never stalls this server's API. Only
+  // this thread adds to or removes from running_, so the pointers stay valid.
   auto pass = [this] {
-    std::lock_guard lk(mu_);
-    for (int64_t id : cancels_) {
-      if (auto it = running_.find(id); it != running_.end()) it->second->proc.signal(SIGINT);
+    std::vector<Running*> consoles;
+    {
+      std::lock_guard lk(mu_);
+      locked_pass();
+      for (auto& [id, r] : running_) consoles.push_back(r.get());
     }
-    cancels_.clear();
-    int used = 0;
-    for (auto it = running_.begin(); it != running_.end();) {
-      follow(*it->second);
-      if (finish_if_exited(*it->second)) {
-        it = running_.erase(it);
-      } else {
-        used += it->second->rec.workers;
-        ++it;
-      }
-    }
-    if (stop_.load()) return;
-    // In submission order: a job that does not fit yet holds back the ones after it.
-    for (const auto& q : history_->with_state("queued")) {
-      if (used + q.workers > options_.max_workers) break;
-      try {
-        start_job(q);
-        used += q.workers;
-      } catch (const std::exception& e) {
-        JobRecord failed = q;
-        failed.state = "failed";
-        failed.error = std::string("could not start: ") + e.what();
-        failed.finished = wall_seconds();
-        history_->update(failed);
-        monitors_.erase(q.id);
-      }
-    }
+    for (Running* r : consoles) poll_workers(*r);
   };
   while (!stop_.load()) {
     try {

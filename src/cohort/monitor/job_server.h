@@ -69,7 +69,9 @@ class JobServer {
 
   void schedule_loop();
   void start_job(const JobRecord& job);
-  void follow(Running& r);
+  void follow(Running& r);        // new lines of its metrics and events (under mu_)
+  void poll_workers(Running& r);  // its console's worker rows (scheduler thread, without mu_)
+  void locked_pass();             // one scheduling pass (under mu_)
   bool finish_if_exited(Running& r);
   std::shared_ptr<const JobMonitor> monitor_for(int64_t id);
   void add_routes();
@@ -79,7 +81,7 @@ class JobServer {
   std::unique_ptr<ConsoleServer> server_;
   std::thread scheduler_;
   std::atomic<bool> stop_{false};
-  std::mutex mu_;  // guards monitors_, running_ and cancels_
+  std::mutex mu_;  // guards monitors_, running_ (changed only by the scheduler thread), cancels_
   std::condition_variable wake_;
   std::map<int64_t, std::shared_ptr<JobMonitor>> monitors_;
   std::map<int64_t, std::unique_ptr<Running>> running_;
