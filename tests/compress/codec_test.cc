@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -250,6 +251,41 @@ double relative_error(const std::vector<float>& a, const std::vector<float>& b) 
     norm += b[i] * double(b[i]);
   }
   return std::sqrt(err / norm);
+}
+
+// Top-k's warm-up: the first warmup_steps exchanges are exact averages and keep no residual; then
+// each rank sends its k largest values, so the result has at most n * k nonzeros.
+TEST(Codecs, TopKWarmsUpWithPlainAllreduce) {
+  const int n = 2, warmup = 3;
+  const size_t count = 3000;
+  CompressionOptions o = options(Method::TopK);
+  o.topk_ratio = 0.01;
+  o.topk_warmup_steps = warmup;
+  World world(n);
+  world.run([&](int r, comm::Communicator& comm) {
+    auto codec = make_codec(o, count, {}, r, 0);
+    for (int t = 0; t <= warmup; ++t) {
+      auto g = gradient(r, t, count);
+      codec->start(g.data(), comm, {});
+      codec->finish();
+      const auto g0 = gradient(0, t, count), g1 = gradient(1, t, count);
+      size_t nonzero = 0, exact = 0;
+      for (size_t i = 0; i < count; ++i) {
+        nonzero += g[i] != 0.0f;
+        exact += std::fabs(g[i] - (g0[i] + g1[i]) / 2) <= 1e-6f * (1 + std::fabs(g[i]));
+      }
+      const bool residual_empty = std::all_of(codec->residual().begin(), codec->residual().end(),
+                                              [](float v) { return v == 0.0f; });
+      if (t < warmup) {
+        EXPECT_EQ(exact, count) << "rank " << r << " step " << t;
+        EXPECT_TRUE(residual_empty) << "rank " << r << " step " << t;
+      } else {
+        EXPECT_LE(nonzero, n * static_cast<size_t>(std::ceil(o.topk_ratio * count)))
+            << "rank " << r;
+        EXPECT_FALSE(residual_empty) << "rank " << r;
+      }
+    }
+  });
 }
 
 class ExchangeTest : public ::testing::TestWithParam<std::tuple<Method, int>> {};

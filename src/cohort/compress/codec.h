@@ -44,6 +44,7 @@ struct CompressionOptions {
   bool int8_stochastic_rounding = true;
   // topk: the fraction of each bucket's values sent, in (0, 1].
   double topk_ratio = 0.01;
+  int64_t topk_warmup_steps = 0;  // steps of plain allreduce first
   // powersgd: the rank of the approximation and the number of steps of plain allreduce first.
   int powersgd_rank = 4;
   int64_t powersgd_warmup_steps = 10;

@@ -5,6 +5,10 @@
 // contributions in rank order into a dense result and divides by the number of ranks, so all ranks
 // get the same bits. The residual is the input with the sent values zeroed. Round trip: kept values
 // exact, every other one dropped, so the error of each value is at most the k-th largest magnitude.
+// The first warmup_steps exchanges are plain allreduces (no residual): early in training the
+// gradients change fast and error feedback holds most coordinates back for many steps, which is
+// where top-k loses most of its accuracy (Lin et al., Deep Gradient Compression, warm up the same
+// way, with a density that decays over the first epochs).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -19,8 +23,9 @@ namespace {
 
 class TopKCodec final : public Codec {
  public:
-  TopKCodec(size_t count, double ratio, bool error_feedback, std::vector<TensorShape> shapes)
-      : Codec(count) {
+  TopKCodec(size_t count, double ratio, int64_t warmup, bool error_feedback,
+            std::vector<TensorShape> shapes)
+      : Codec(count), warmup_(warmup) {
     if (!(ratio > 0 && ratio <= 1)) {
       throw ConfigError("topk: ratio must be in (0, 1], got " + std::to_string(ratio));
     }
@@ -50,6 +55,14 @@ class TopKCodec final : public Codec {
   }
 
   void start(float* grad, comm::Communicator& comm, const ExchangeOptions& opts) override {
+    if (steps_++ < warmup_) {
+      plain_ = true;
+      work_ = comm.allreduce(
+          Buffer{DType::F32, grad, count_},
+          {.op = comm::ReduceOp::Avg, .algorithm = opts.algorithm, .timeout = opts.timeout});
+      return;
+    }
+    plain_ = false;
     add_residual(residual_, grad);
     select(grad);
     packed_.resize(2 * k_);
@@ -72,6 +85,7 @@ class TopKCodec final : public Codec {
     auto w = std::move(work_);
     if (!w) return;
     w->wait();
+    if (plain_) return;
     std::fill(grad_, grad_ + count_, 0.0f);
     for (int r = 0; r < world_; ++r) {
       const size_t words = gathered_.counts[static_cast<size_t>(r)];
@@ -132,6 +146,8 @@ class TopKCodec final : public Codec {
   comm::GatheredBlocks gathered_;
   float* grad_ = nullptr;
   int world_ = 1;
+  int64_t warmup_ = 0, steps_ = 0;
+  bool plain_ = false;
   std::shared_ptr<comm::Work> work_;
 };
 
@@ -139,7 +155,8 @@ class TopKCodec final : public Codec {
 
 std::unique_ptr<Codec> make_topk_codec(const CompressionOptions& o, size_t count,
                                        std::vector<TensorShape> shapes) {
-  return std::make_unique<TopKCodec>(count, o.topk_ratio, o.error_feedback, std::move(shapes));
+  return std::make_unique<TopKCodec>(count, o.topk_ratio, o.topk_warmup_steps, o.error_feedback,
+                                     std::move(shapes));
 }
 
 }  // namespace cohort::compress

@@ -36,7 +36,7 @@ const Schema& schema() {
        {"algorithm", "bucket_mb", "timeout_s", "compression", "compression_min_kb",
         "error_feedback", "int8", "topk", "powersgd"}},
       {"comm.int8", {"chunk", "stochastic_rounding"}},
-      {"comm.topk", {"ratio"}},
+      {"comm.topk", {"ratio", "warmup_steps"}},
       {"comm.powersgd", {"rank", "warmup_steps"}},
       {"checkpoint", {"every_steps", "keep"}},
       {"elastic",
@@ -278,6 +278,9 @@ void read_compression(const YamlReader& r, const YAML::Node& comm, CommConfig& c
   YAML::Node topk = r.section(comm, "comm.topk");
   if (auto v = r.get_number(topk, "comm.topk.ratio", 0, true, 1, false, "a number in (0, 1]")) {
     c.topk_ratio = *v;
+  }
+  if (auto v = r.get_int(topk, "comm.topk.warmup_steps", 0, kMaxInt, "a non-negative integer")) {
+    c.topk_warmup_steps = *v;
   }
   YAML::Node psgd = r.section(comm, "comm.powersgd");
   if (auto v = r.get_int(psgd, "comm.powersgd.rank", 1, 1024, "an integer in [1, 1024]")) {
@@ -577,6 +580,7 @@ std::string to_yaml(const JobConfig& c) {
   } else if (c.comm.compression == "topk") {
     out << YAML::Key << "topk" << YAML::Value << YAML::BeginMap;
     num("ratio", c.comm.topk_ratio);
+    out << YAML::Key << "warmup_steps" << YAML::Value << c.comm.topk_warmup_steps;
     out << YAML::EndMap;
   } else if (c.comm.compression == "powersgd") {
     out << YAML::Key << "powersgd" << YAML::Value << YAML::BeginMap;

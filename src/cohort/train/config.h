@@ -83,6 +83,7 @@ struct CommConfig {
   int64_t int8_chunk = 256;
   bool int8_stochastic_rounding = true;
   double topk_ratio = 0.01;
+  int64_t topk_warmup_steps = 0;
   int64_t powersgd_rank = 4;
   int64_t powersgd_warmup_steps = 10;
   bool operator==(const CommConfig&) const = default;

@@ -241,6 +241,7 @@ static compress::CompressionOptions compression_options(const JobConfig& cfg) {
           .int8_chunk = static_cast<size_t>(c.int8_chunk),
           .int8_stochastic_rounding = c.int8_stochastic_rounding,
           .topk_ratio = c.topk_ratio,
+          .topk_warmup_steps = c.topk_warmup_steps,
           .powersgd_rank = static_cast<int>(c.powersgd_rank),
           .powersgd_warmup_steps = c.powersgd_warmup_steps,
           .min_bytes = static_cast<size_t>(c.compression_min_kb * 1024),
