@@ -193,7 +193,8 @@ lines = [BEGIN, "## Gradient compression on a bandwidth-limited network: Cohort 
          "worker; PyTorch DDP is torch.distributed with Gloo (Debian's python3-torch 1.13, "
          "`bench/pytorch_ddp.py`), its fp16 row uses `fp16_compress_hook`. Both evaluate on the "
          "whole test set every %s steps and stop at the first evaluation with test accuracy ≥ %s. "
-         "*time to %s* = training time until that evaluation, evaluations excluded; a configuration "
+         "*time to %s* = training time until that evaluation, evaluations excluded (*s/step* = that "
+         "time / the steps up to it); a configuration "
          "still short of it after %s s of wall time is stopped (*not within the cap*; the time "
          "shown is then the training time at its last evaluation). *link bytes/step* = bytes the "
          "worker's interface sent over the run (everything on the wire, TCP/IP headers included) / "
@@ -207,9 +208,10 @@ for (rate, n) in sorted({(r["rate"], r["workers"]) for r in rows},
                  key=lambda r: (r["system"] == "cohort", order.index(r["compression"])))
     base = next((r for r in sel if r["system"] == "pytorch-ddp" and r["compression"] == "none"), None)
     lines += ["### %s per link, %d workers" % (rate, n), "",
-              "| system | compression | time to %s (s) | at step | best accuracy | link bytes/step | "
-              "Cohort's count | load | time vs PyTorch DDP | bytes vs PyTorch DDP |" % target,
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "| system | compression | time to %s (s) | at step | s/step | best accuracy | "
+              "link bytes/step | Cohort's count | load | PyTorch DDP's time / this | "
+              "PyTorch DDP's bytes / this |" % target,
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sel:
         t = "%.1f" % r["seconds"] if r["seconds"] is not None else "-"
         if not r["reached"]:
@@ -217,12 +219,14 @@ for (rate, n) in sorted({(r["rate"], r["workers"]) for r in rows},
         tr = br = ""
         if base and r is not base:
             if r["reached"] and base["reached"]:
-                tr = "%.2f× sooner" % (base["seconds"] / r["seconds"])
+                tr = "%.2f×" % (base["seconds"] / r["seconds"])
             elif r["reached"]:
-                tr = "> %.2f× sooner" % (base["seconds"] / r["seconds"]) if base["seconds"] else "reached; PyTorch did not"
-            br = "%.2f× fewer" % (base["link_bytes_per_step"] / r["link_bytes_per_step"])
-        lines.append("| %s | %s | %s | %d | %s | %s | %s | %.1f | %s | %s |" % (
+                tr = "> %.2f×" % (base["seconds"] / r["seconds"]) if base["seconds"] else "reached; PyTorch did not"
+            br = "%.2f×" % (base["link_bytes_per_step"] / r["link_bytes_per_step"])
+        per_step = "%.3f" % (r["seconds"] / r["step"]) if r["seconds"] and r["step"] else "-"
+        lines.append("| %s | %s | %s | %d | %s | %s | %s | %s | %.1f | %s | %s |" % (
             "Cohort" if r["system"] == "cohort" else "PyTorch DDP", r["compression"], t, r["step"],
+            per_step,
             "%.4f" % r["best_accuracy"] if r["best_accuracy"] is not None else "-",
             "{:,.0f}".format(r["link_bytes_per_step"]),
             "{:,.0f}".format(r["own_bytes_per_step"]) if r["own_bytes_per_step"] else "",
