@@ -13,7 +13,8 @@
 // residual, and the residual becomes what that compression dropped. Over many steps the sum of
 // what the ranks applied equals the sum of their gradients minus the last residual, so nothing is
 // lost, only delayed. PowerSGD starts with warmup_steps of plain allreduce (its factors need
-// a few steps of warm-started power iteration to be good).
+// a few steps of warm-started power iteration to be good); top-k can, with topk_warmup_steps
+// (0 by default; 50 bring the CNN within its accuracy target after one epoch, BENCHMARKS.md).
 //
 // The communication core stays free of tensors: a bucket is a span of f32, plus, for PowerSGD,
 // the shapes of the tensors in it.

@@ -7,8 +7,8 @@
 // exact, every other one dropped, so the error of each value is at most the k-th largest magnitude.
 // The first warmup_steps exchanges are plain allreduces (no residual): early in training the
 // gradients change fast and error feedback holds most coordinates back for many steps, which is
-// where top-k loses most of its accuracy (Lin et al., Deep Gradient Compression, warm up the same
-// way, with a density that decays over the first epochs).
+// where top-k loses most of its accuracy (Deep Gradient Compression, Lin et al. 2018, warms up
+// too, with a density that decreases over the first epochs).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
