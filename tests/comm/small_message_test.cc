@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -151,6 +153,66 @@ TEST(WaitingThread, AnOperationNobodyWaitsForStillCompletes) {
     }
     ASSERT_TRUE(w->is_completed());
     EXPECT_EQ(buf[0], 3.0f);
+  });
+}
+
+// Records the thread that ran each collective (the observer runs on it).
+class ThreadObserver final : public CollectiveObserver {
+ public:
+  void on_collective(const CollectiveRecord& r) override {
+    std::lock_guard lk(mu_);
+    threads_[r.seq] = std::this_thread::get_id();
+  }
+  std::thread::id thread_of(uint64_t seq) {
+    std::lock_guard lk(mu_);
+    return threads_[seq];
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<uint64_t, std::thread::id> threads_;
+};
+
+TEST(WaitingThread, ASmallOperationIsRunByTheThreadThatWaitsForIt) {
+  // A delay long enough that the communication thread never takes the operation first.
+  World world(2, [](CommConfig& c) { c.hand_off_delay = std::chrono::seconds(10); });
+  std::vector<ThreadObserver> observers(2);
+  world.run([&](int r, Communicator& comm) {
+    comm.flight_recorder().set_observer(&observers[static_cast<size_t>(r)]);
+    std::vector<float> buf(16, static_cast<float>(r + 1));
+    auto w = comm.allreduce(Buffer{DType::F32, buf.data(), buf.size()}, {});
+    // Time in which a communication thread that took operations at once would take this one.
+    std::this_thread::sleep_for(milliseconds(20));
+    const auto t0 = std::chrono::steady_clock::now();
+    w->wait();
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+    EXPECT_EQ(buf[0], 3.0f);
+    EXPECT_EQ(observers[static_cast<size_t>(r)].thread_of(w->sequence()),
+              std::this_thread::get_id());
+    comm.flight_recorder().set_observer(nullptr);
+  });
+}
+
+TEST(WaitingThread, ALargeOperationDoesNotWaitBehindASmallOneNobodyWaitsFor) {
+  World world(2, [](CommConfig& c) {
+    c.hand_off_delay = std::chrono::seconds(20);
+    c.hand_off_bytes = 1024;
+  });
+  world.run([&](int r, Communicator& comm) {
+    std::vector<float> small(16, static_cast<float>(r + 1));
+    std::vector<float> large(4096, static_cast<float>(r + 1));
+    auto ws = comm.allreduce(Buffer{DType::F32, small.data(), small.size()}, {});
+    auto wl = comm.allreduce(Buffer{DType::F32, large.data(), large.size()}, {});
+    // Nobody waits: the communication thread runs both, the small one first, without waiting
+    // for the small one's hand-off time.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!wl->is_completed() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    ASSERT_TRUE(wl->is_completed());
+    EXPECT_TRUE(ws->is_completed());
+    EXPECT_EQ(small[0], 3.0f);
+    EXPECT_EQ(large[4095], 3.0f);
   });
 }
 

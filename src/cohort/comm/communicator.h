@@ -55,6 +55,14 @@ struct CommConfig {
   // issue different collectives fail with CollectiveMismatchError naming both sides, before any
   // data moves. Costs one small message to every peer per collective; for debugging.
   bool check_collectives = false;
+  // Operations of at most `hand_off_bytes` wait up to `hand_off_delay` for the thread that waits
+  // on them to run them (Work::wait) before the communication thread takes them. A small
+  // operation is latency-bound: handing it to another thread and waking the caller afterwards
+  // costs two thread wake-ups, more than its transfer; a caller that does not wait at once still
+  // sees it start within the delay. Zero delay: the communication thread takes every operation
+  // at once.
+  size_t hand_off_bytes = 64 << 10;
+  std::chrono::microseconds hand_off_delay{200};
 };
 
 // Totals since the communicator was created (all ranks' own view).

@@ -174,12 +174,14 @@ class Engine {
   void on_header() {
     const WireHeader& h = r_.hdr;
     const int peer = r_.plan->peer;
-    const std::string here = describe(id_.kind, id_.seq, id_.tag);
+    // Only an error message needs it: a header that matches costs no string.
+    auto here = [&] { return describe(id_.kind, id_.seq, id_.tag); };
     if (h.magic != kDataMagic) {
       char m[16];
       std::snprintf(m, sizeof(m), "%08x", h.magic);
-      throw ProtocolError(rank_str(peer) + " sent bytes that are not a Cohort data header (magic 0x" +
-                          m + ") while this rank is in " + here);
+      throw ProtocolError(rank_str(peer) +
+                          " sent bytes that are not a Cohort data header (magic 0x" + m +
+                          ") while this rank is in " + here());
     }
     const auto kind = static_cast<OpKind>(h.kind);
     if (kind == OpKind::PointToPoint &&
@@ -196,21 +198,22 @@ class Engine {
     }
     if (kind != id_.kind || (kind != OpKind::PointToPoint && h.seq != id_.seq)) {
       throw ProtocolError(rank_str(peer) + " sent " + describe(kind, h.seq, h.tag) +
-                          " but this rank is in " + here);
+                          " but this rank is in " + here());
     }
     if (kind != OpKind::PointToPoint && h.tag != id_.tag) {
-      throw ProtocolError(rank_str(peer) + " sent " + here + " in wire format " +
+      throw ProtocolError(rank_str(peer) + " sent " + here() + " in wire format " +
                           std::to_string(h.tag) + " but this rank uses format " +
                           std::to_string(id_.tag) + " (do all ranks use the same compression?)");
     }
     if (h.dtype != static_cast<uint8_t>(id_.dtype)) {
       throw ProtocolError(rank_str(peer) + " sent " +
                           std::string(dtype_name(static_cast<DType>(h.dtype))) + " data in " +
-                          here + " but this rank's buffer is " + std::string(dtype_name(id_.dtype)));
+                          here() + " but this rank's buffer is " +
+                          std::string(dtype_name(id_.dtype)));
     }
     if (h.bytes != r_.seg.bytes) {
-      throw ProtocolError(rank_str(peer) + " sent " + std::to_string(h.bytes) + " bytes in " + here +
-                          " where this rank expected " + std::to_string(r_.seg.bytes) +
+      throw ProtocolError(rank_str(peer) + " sent " + std::to_string(h.bytes) + " bytes in " +
+                          here() + " where this rank expected " + std::to_string(r_.seg.bytes) +
                           " (do all ranks pass the same element counts?)");
     }
     r_.got = 0;

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
 #include <mutex>
 
 #include "cohort/base/error.h"
@@ -121,7 +122,7 @@ std::string TcpCommunicator::what_of(const Op& op) const {
   return describe(op.id.kind, op.id.seq);
 }
 
-std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype,
+std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype, size_t bytes,
                                                std::chrono::milliseconds timeout,
                                                std::function<void(OpContext&)> body, uint32_t tag,
                                                int peer, const std::string& p2p_name,
@@ -137,7 +138,11 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype,
   op.peer = peer;
   op.timeout = timeout.count() > 0 ? timeout : config_.timeout;
   op.body = std::move(body);
+  const bool deferred = bytes <= config_.hand_off_bytes && config_.hand_off_delay.count() > 0;
+  if (deferred) op.hand_off_at = Clock::now() + config_.hand_off_delay;
   std::exception_ptr fatal;
+  std::shared_ptr<Work> work;
+  bool wake = false;
   {
     std::lock_guard lk(mu_);
     if (kind == OpKind::PointToPoint) {
@@ -151,16 +156,26 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype,
                                            .count = op.count,
                                            .algorithm = op.algorithm});
     }
+    work = op.work;
     fatal = fatal_;
-    if (!fatal) queue_.push_back(op);
+    if (!fatal) {
+      // An operation the communication thread must start at once does not wait behind small
+      // ones that are waiting for their callers.
+      if (!deferred) {
+        for (Op& q : queue_) q.hand_off_at = {};
+      }
+      queue_.push_back(std::move(op));
+      // A thread sleeping on a timer for an earlier operation comes back for this one anyway.
+      wake = !deferred || thread_asleep_;
+    }
   }
   if (fatal) {
     if (kind != OpKind::PointToPoint) recorder_->on_finished(op.id.seq, false);
-    op.work->fail(fatal);
-    return op.work;
+    work->fail(fatal);
+    return work;
   }
-  cv_.notify_one();
-  return op.work;
+  if (wake) cv_.notify_one();
+  return work;
 }
 
 std::shared_ptr<Work> TcpCommunicator::allreduce(Buffer buf, const AllreduceOptions& opts) {
@@ -173,7 +188,7 @@ std::shared_ptr<Work> TcpCommunicator::allreduce(Buffer buf, const AllreduceOpti
   shape.algorithm = algo;
   shape.detail = static_cast<int>(op);
   return enqueue(
-      OpKind::Allreduce, buf.dtype, opts.timeout,
+      OpKind::Allreduce, buf.dtype, buf.bytes(), opts.timeout,
       [buf, algo, op](OpContext& ctx) {
         if (algo == Algorithm::HalvingDoubling) {
           allreduce_halving_doubling(ctx, buf, op);
@@ -209,7 +224,7 @@ std::shared_ptr<Work> TcpCommunicator::reduce_scatter(Buffer in, Buffer out,
   shape.algorithm = Algorithm::Ring;
   shape.detail = static_cast<int>(op);
   return enqueue(
-      OpKind::ReduceScatter, in.dtype, opts.timeout,
+      OpKind::ReduceScatter, in.dtype, in.bytes(), opts.timeout,
       [in, out, op](OpContext& ctx) { reduce_scatter_ring(ctx, in, out, op); }, 0, -1, "", &shape);
 }
 
@@ -223,7 +238,7 @@ std::shared_ptr<Work> TcpCommunicator::allgather(Buffer in, Buffer out,
   shape.count = out.count;
   shape.algorithm = Algorithm::Ring;
   return enqueue(
-      OpKind::Allgather, in.dtype, opts.timeout,
+      OpKind::Allgather, in.dtype, out.bytes(), opts.timeout,
       [in, out](OpContext& ctx) { allgather_ring(ctx, in, out); }, 0, -1, "", &shape);
 }
 
@@ -249,18 +264,20 @@ std::shared_ptr<Work> TcpCommunicator::allreduce_encoded(Buffer buf, Encoding& e
   if (encoding.wire_tag() == 0) throw ConfigError("allreduce_encoded: wire_tag() must be nonzero");
   const ReduceOp op = opts.op;
   Encoding* enc = &encoding;
-  return enqueue(OpKind::AllreduceEncoded, buf.dtype, opts.timeout,
-                 [buf, enc, op, residual](OpContext& ctx) {
-                   comm::allreduce_encoded(ctx, buf, *enc, op, residual);
-                 },
-                 encoding.wire_tag());
+  return enqueue(
+      OpKind::AllreduceEncoded, buf.dtype, buf.bytes(), opts.timeout,
+      [buf, enc, op, residual](OpContext& ctx) {
+        comm::allreduce_encoded(ctx, buf, *enc, op, residual);
+      },
+      encoding.wire_tag());
 }
 
 std::shared_ptr<Work> TcpCommunicator::allgatherv(Buffer in, GatheredBlocks* out,
                                                   const CollectiveOptions& opts) {
   check_buffer("allgatherv", in);
   if (out == nullptr) throw ConfigError("allgatherv: out is null");
-  return enqueue(OpKind::Allgatherv, in.dtype, opts.timeout,
+  // The gathered size is not known before the operation runs: it is never deferred.
+  return enqueue(OpKind::Allgatherv, in.dtype, std::numeric_limits<size_t>::max(), opts.timeout,
                  [in, out](OpContext& ctx) { allgatherv_ring(ctx, in, out); });
 }
 
@@ -275,12 +292,12 @@ std::shared_ptr<Work> TcpCommunicator::broadcast(Buffer buf, const BroadcastOpti
   shape.count = buf.count;
   shape.detail = root;
   return enqueue(
-      OpKind::Broadcast, buf.dtype, opts.timeout,
+      OpKind::Broadcast, buf.dtype, buf.bytes(), opts.timeout,
       [buf, root](OpContext& ctx) { comm::broadcast(ctx, buf, root); }, 0, -1, "", &shape);
 }
 
 std::shared_ptr<Work> TcpCommunicator::barrier(const CollectiveOptions& opts) {
-  return enqueue(OpKind::Barrier, DType::I64, opts.timeout,
+  return enqueue(OpKind::Barrier, DType::I64, 0, opts.timeout,
                  [](OpContext& ctx) { comm::barrier(ctx); });
 }
 
@@ -290,9 +307,10 @@ std::shared_ptr<Work> TcpCommunicator::send(Buffer buf, int dst, const PointToPo
     throw ConfigError("send: rank " + std::to_string(rank()) + " cannot send to rank " +
                       std::to_string(dst) + " in a world of " + std::to_string(size()));
   }
-  return enqueue(OpKind::PointToPoint, buf.dtype, opts.timeout,
-                 [buf, dst](OpContext& ctx) { send_message(ctx, buf, dst); }, opts.tag, dst,
-                 "send to rank " + std::to_string(dst) + " (tag " + std::to_string(opts.tag) + ")");
+  return enqueue(
+      OpKind::PointToPoint, buf.dtype, buf.bytes(), opts.timeout,
+      [buf, dst](OpContext& ctx) { send_message(ctx, buf, dst); }, opts.tag, dst,
+      "send to rank " + std::to_string(dst) + " (tag " + std::to_string(opts.tag) + ")");
 }
 
 std::shared_ptr<Work> TcpCommunicator::recv(Buffer buf, int src, const PointToPointOptions& opts) {
@@ -301,9 +319,10 @@ std::shared_ptr<Work> TcpCommunicator::recv(Buffer buf, int src, const PointToPo
     throw ConfigError("recv: rank " + std::to_string(rank()) + " cannot receive from rank " +
                       std::to_string(src) + " in a world of " + std::to_string(size()));
   }
-  return enqueue(OpKind::PointToPoint, buf.dtype, opts.timeout,
-                 [buf, src](OpContext& ctx) { recv_message(ctx, buf, src); }, opts.tag, src,
-                 "recv from rank " + std::to_string(src) + " (tag " + std::to_string(opts.tag) + ")");
+  return enqueue(
+      OpKind::PointToPoint, buf.dtype, buf.bytes(), opts.timeout,
+      [buf, src](OpContext& ctx) { recv_message(ctx, buf, src); }, opts.tag, src,
+      "recv from rank " + std::to_string(src) + " (tag " + std::to_string(opts.tag) + ")");
 }
 
 void TcpCommunicator::abort(const std::string& reason) {
@@ -339,9 +358,20 @@ void TcpCommunicator::loop() {
     Op op;
     {
       std::unique_lock lk(mu_);
-      // An operation may be in flight on a waiting thread (run_until); the next one waits for it.
-      cv_.wait(lk, [&] { return queue_.empty() ? stop_ : !in_flight_; });
-      if (queue_.empty()) return;  // stop_ and nothing left
+      for (;;) {
+        if (queue_.empty() && stop_) return;
+        // An operation may be in flight on a waiting thread (run_until); the next one waits for
+        // it. A small one is left to its waiting thread until its hand-off time.
+        if (queue_.empty() || in_flight_) {
+          thread_asleep_ = true;
+          cv_.wait(lk);
+          thread_asleep_ = false;
+          continue;
+        }
+        const Clock::time_point at = queue_.front().hand_off_at;
+        if (stop_ || at <= Clock::now()) break;
+        cv_.wait_until(lk, at);
+      }
       op = std::move(queue_.front());
       queue_.pop_front();
       in_flight_ = true;
@@ -369,11 +399,13 @@ void TcpCommunicator::run_until(const Work& work, std::chrono::milliseconds limi
       in_flight_ = true;
     }
     execute(op);
+    bool more;
     {
       std::lock_guard lk(mu_);
       in_flight_ = false;
+      more = !queue_.empty();
     }
-    cv_.notify_one();  // the communication thread may be waiting for in_flight_ to clear
+    if (more) cv_.notify_one();  // the communication thread may be waiting for in_flight_ to clear
     if (op.work.get() == &work) return;
   }
 }

@@ -2,7 +2,10 @@
 // operations in issue order, and the failure handling around them (timeouts that name the stuck
 // ranks, fail-fast on a lost peer, abort). A thread that waits for an operation nobody has started
 // runs it itself (Work::wait); in_flight_ keeps one operation at a time, in queue order, whichever
-// thread runs it.
+// thread runs it. The communication thread leaves a small operation to its waiting thread for
+// CommConfig::hand_off_delay, so that a small collective waited on at once runs on its caller's
+// thread with no thread wake-up on its path; a large one it starts at once, to overlap with
+// whatever the caller does next.
 #pragma once
 
 #include <atomic>
@@ -52,11 +55,15 @@ class TcpCommunicator final : public Communicator {
     Algorithm algorithm = Algorithm::Auto;
     int detail = 0;  // the reduction (allreduce, reduce_scatter) or the root (broadcast)
     std::chrono::milliseconds timeout{0};
+    // Until then only a thread waiting on the operation runs it (CommConfig::hand_off_delay).
+    Clock::time_point hand_off_at{};
     std::function<void(OpContext&)> body;
   };
 
-  // `shape` carries count, algorithm and detail into the queued Op.
-  std::shared_ptr<Work> enqueue(OpKind kind, DType dtype, std::chrono::milliseconds timeout,
+  // `shape` carries count, algorithm and detail into the queued Op; `bytes` is the size of the
+  // user's data (what decides the hand-off delay).
+  std::shared_ptr<Work> enqueue(OpKind kind, DType dtype, size_t bytes,
+                                std::chrono::milliseconds timeout,
                                 std::function<void(OpContext&)> body, uint32_t tag = 0,
                                 int peer = -1, const std::string& p2p_name = "",
                                 const Op* shape = nullptr);
@@ -81,7 +88,7 @@ class TcpCommunicator final : public Communicator {
   const CommConfig config_;
   Mesh mesh_;
   Counters counters_;
-  std::vector<uint8_t> scratch_;  // communication thread only
+  std::vector<uint8_t> scratch_;  // the thread running the operation in flight only
   std::atomic<uint64_t> collectives_{0};
   std::shared_ptr<FlightRecorder> recorder_;
 
@@ -90,6 +97,7 @@ class TcpCommunicator final : public Communicator {
   std::deque<Op> queue_;
   bool stop_ = false;
   bool in_flight_ = false;
+  bool thread_asleep_ = false;  // the communication thread waits without a timeout
   bool aborted_ = false;
   std::string abort_reason_;
   std::exception_ptr fatal_;  // set once: every later operation fails with it
