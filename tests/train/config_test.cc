@@ -411,7 +411,8 @@ faults:
     rank: 0
     at_step: 3
 debug: {check_collectives: true, check_params_every: 50, hang_timeout_s: 20,
-        flight_recorder_entries: 64}
+        flight_recorder_entries: 64, straggler_margin: 0.5, straggler_window: 8,
+        bandwidth_probe_mb: 0}
 )",
                                  "job.yaml");
   ASSERT_EQ(c.faults.size(), 5u);
@@ -425,12 +426,30 @@ debug: {check_collectives: true, check_params_every: 50, hang_timeout_s: 20,
   EXPECT_EQ(c.debug.check_params_every, 50);
   EXPECT_EQ(c.debug.hang_timeout_s, 20);
   EXPECT_EQ(c.debug.flight_recorder_entries, 64);
+  EXPECT_EQ(c.debug.straggler_margin, 0.5);
+  EXPECT_EQ(c.debug.straggler_window, 8);
+  EXPECT_EQ(c.debug.bandwidth_probe_mb, 0);
   EXPECT_EQ(parse_job_config(to_yaml(c), "resolved.yaml"), c);
   EXPECT_TRUE(parse_job_config("", "job.yaml").faults.empty());
   EXPECT_EQ(parse_job_config("", "job.yaml",
                              {.overrides = {"workers=2", "faults=[{kind: hang, rank: 1}]"}})
                 .faults.size(),
             1u);
+}
+
+TEST(JobConfigDebug, StragglerAndProbeKeysAreValidated) {
+  EXPECT_EQ(error_of("debug: {straggler_margin: 0}\n"),
+            "job.yaml:1:27: debug.straggler_margin: expected a number in (0, 100] (0.25: 25% over "
+            "the others' median), got 0");
+  EXPECT_EQ(error_of("debug:\n  straggler_window: 0\n"),
+            "job.yaml:2:21: debug.straggler_window: expected an integer in [1, 1000000], got 0");
+  EXPECT_EQ(error_of("debug: {bandwidth_probe_mb: -1}\n"),
+            "job.yaml:1:29: debug.bandwidth_probe_mb: expected a number of MB in [0, 256] (0: no "
+            "probe), got -1");
+  const JobConfig d = parse_job_config("", "job.yaml");
+  EXPECT_EQ(d.debug.straggler_margin, 0.25);
+  EXPECT_EQ(d.debug.straggler_window, 20);
+  EXPECT_EQ(d.debug.bandwidth_probe_mb, 4);
 }
 
 TEST(JobConfigFaults, ErrorsNameTheElementAndItsKey) {

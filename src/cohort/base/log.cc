@@ -1,6 +1,7 @@
 #include "cohort/base/log.h"
 
 #include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
 #include <atomic>
@@ -34,6 +35,12 @@ class ContextFlag : public spdlog::custom_flag_formatter {
 
 std::once_flag g_once;
 
+std::unique_ptr<spdlog::formatter> make_formatter() {
+  auto formatter = std::make_unique<spdlog::pattern_formatter>();
+  formatter->add_flag<ContextFlag>('*').set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%L%$ [%*] %v");
+  return formatter;
+}
+
 }  // namespace
 
 void set_context(int rank, int epoch, long step) {
@@ -47,13 +54,19 @@ void set_epoch(int epoch) { g_epoch = epoch; }
 void init(const std::string& process_name) {
   std::call_once(g_once, [&] {
     auto logger = spdlog::stderr_color_mt(process_name);
-    auto formatter = std::make_unique<spdlog::pattern_formatter>();
-    formatter->add_flag<ContextFlag>('*').set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%L%$ [%*] %v");
-    logger->set_formatter(std::move(formatter));
+    logger->set_formatter(make_formatter());
     const char* lvl = std::getenv("COHORT_LOG_LEVEL");
     logger->set_level(lvl ? spdlog::level::from_str(lvl) : spdlog::level::info);
     spdlog::set_default_logger(logger);
   });
+}
+
+void add_file(const std::string& path) {
+  init();
+  auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path);
+  sink->set_formatter(make_formatter());
+  spdlog::default_logger()->sinks().push_back(std::move(sink));
+  spdlog::default_logger()->flush_on(spdlog::level::info);
 }
 
 }  // namespace cohort::log

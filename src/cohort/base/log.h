@@ -14,5 +14,7 @@ void set_step(long step);
 void set_epoch(int epoch);
 // Initialises the default logger once (stderr, level from COHORT_LOG_LEVEL, default info).
 void init(const std::string& process_name = "cohort");
+// Also writes every line of the default logger to `path` (appending), with the same pattern.
+void add_file(const std::string& path);
 
 }  // namespace cohort::log

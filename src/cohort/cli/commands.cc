@@ -14,6 +14,7 @@ int trace_main(int argc, char** argv);
 int run_main(int argc, char** argv);
 int worker_main(int argc, char** argv);
 int serve_main(int argc, char** argv);
+int diagnose_main(int argc, char** argv);
 #endif
 
 const std::vector<Command>& commands() {
@@ -22,13 +23,14 @@ const std::vector<Command>& commands() {
       {"run", "run a training job on this machine", run_main},
       {"worker", "one worker of a job (started by run, mpirun, srun, ...)", worker_main},
       {"serve", "the console of every job on this machine, with their history", serve_main},
+      {"diagnose", "where a run's steps went, stragglers, and what to change", diagnose_main},
 #endif
       {"bench", "measure collectives across local processes", bench_main},
       {"status", "show a running job's console in the terminal", status_main},
       {"submit", "queue a job with cohort serve", submit_main},
       {"jobs", "list cohort serve's jobs", jobs_main},
       {"cancel", "cancel a job of cohort serve", cancel_main},
-      {"logs", "show a job's logs from cohort serve", logs_main},
+      {"logs", "a run directory's logs merged in time order, or a cohort serve job's", logs_main},
       {"trace", "merge a job's per-rank timelines into one trace.json", trace_main},
   };
   return kCommands;

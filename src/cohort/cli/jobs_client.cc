@@ -1,6 +1,8 @@
 // The clients of `cohort serve`: `cohort submit JOB.yaml`, `cohort jobs`, `cohort cancel JOB` and
-// `cohort logs JOB`. The server is --server URL, else $COHORT_SERVER, else the one whose URL
-// `cohort serve` left in its home ($COHORT_HOME or ~/.cohort)/serve.url, else 127.0.0.1:8090.
+// `cohort logs JOB`; `cohort logs RUN_DIR [--rank R]` (an existing directory with logs/) merges a
+// run directory's logs instead (trace/log_merge.h). The server is --server URL, else
+// $COHORT_SERVER, else the one whose URL `cohort serve` left in its home ($COHORT_HOME or
+// ~/.cohort)/serve.url, else 127.0.0.1:8090.
 #include <httplib.h>
 
 #include <cmath>
@@ -10,10 +12,12 @@
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cohort/base/error.h"
 #include "cohort/base/file.h"
 #include "cohort/cli/args.h"
+#include "cohort/trace/log_merge.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -159,8 +163,24 @@ int cancel_main(int argc, char** argv) {
 }
 
 int logs_main(int argc, char** argv) {
-  Args args(argc, argv, {"server"}, {});
-  std::string id = job_id(args, "cohort logs JOB [--server URL]");
+  Args args(argc, argv, {"server", "rank"}, {});
+  // A run directory (a directory with logs/): its logs merged here, no server involved.
+  if (args.positionals().size() == 1 && trace::is_run_dir(args.positionals()[0])) {
+    if (args.has("server")) throw ConfigError("--server: not for a run directory");
+    std::optional<int> rank;
+    if (args.has("rank")) {
+      long r = args.get_int("rank", -1);
+      if (r < 0) throw ConfigError("--rank: expected a rank (0, 1, ...)");
+      rank = static_cast<int>(r);
+    }
+    for (const auto& line : trace::merge_logs(args.positionals()[0], rank)) {
+      std::fwrite(line.data(), 1, line.size(), stdout);
+      std::fputc('\n', stdout);
+    }
+    return 0;
+  }
+  if (args.has("rank")) throw ConfigError("--rank: only for a run directory (RUN_DIR/logs)");
+  std::string id = job_id(args, "cohort logs JOB [--server URL] | cohort logs RUN_DIR [--rank R]");
   ServerClient c(server_url(args));
   auto [status, text] = c.get("/api/jobs/" + id + "/logs");
   if (status != 200) fail(status, text);

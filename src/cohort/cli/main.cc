@@ -18,6 +18,8 @@ void usage(std::ostream& os) {
         "  submit JOB.yaml   queue a job with cohort serve; jobs, cancel JOB, logs JOB\n"
         "  bench allreduce   measure collectives across local processes\n"
         "  trace merge DIR   merge a job's per-rank timelines into DIR/trace.json\n"
+        "  diagnose DIR      where a run's steps went, stragglers, and what to change\n"
+        "  logs DIR          a run's logs, every rank's merged in time order (--rank R)\n"
         "  version           print the version\n"
         "\nRun 'cohort <command> --help' for a command's options.\n";
 }

@@ -4,6 +4,8 @@
 //   metrics.jsonl    one progress record per logged step
 //   events.jsonl     job lifecycle events (start, worker exits, failures, finish)
 //   logs/rank-N.log  each worker's own log
+//   logs/launcher.log this process's log (coordinator, stragglers, worker exits)
+//   steps/rank-N.jsonl where each step of each rank went (trace/step_log.h), for `cohort diagnose`
 //   checkpoints/     periodic checkpoints (written by rank 0)
 //   summary.json     the outcome
 //   hang-report.txt  when a collective timed out or no rank made progress for debug.hang_timeout_s:
@@ -30,6 +32,7 @@
 #include "cohort/base/clock.h"
 #include "cohort/base/error.h"
 #include "cohort/base/file.h"
+#include "cohort/base/log.h"
 #include "cohort/cli/args.h"
 #include "cohort/cli/commands.h"
 #include "cohort/cli/job_files.h"
@@ -39,6 +42,7 @@
 #include "cohort/monitor/live_console.h"
 #include "cohort/store/tcp_store.h"
 #include "cohort/trace/hang_report.h"
+#include "cohort/trace/straggler.h"
 #include "cohort/train/config.h"
 #include "cohort/train/worker.h"
 
@@ -139,6 +143,9 @@ json aggregate_summary(const std::vector<json>& per_rank, const train::JobConfig
   const auto steps = std::max<int64_t>(1, r0.value("steps", int64_t{0}));
   s["grad_bytes_per_step"] = static_cast<double>(grad_sent) / static_cast<double>(steps) /
                              static_cast<double>(per_rank.size());  // per worker
+  // The transport probe (an allreduce timed at start-up): what this machine's transport reaches.
+  s["probe_bytes"] = r0.value("probe_bytes", 0UL);
+  s["probe_busbw_gbps"] = r0.value("probe_busbw_gbps", 0.0);
   s["per_rank"] = per_rank;
   return s;
 }
@@ -301,6 +308,8 @@ int run_main(int argc, char** argv) {
   fs::create_directories(run_dir / "checkpoints");
   write_file_atomically(run_dir / "config.yaml", train::to_yaml(cfg));
   EventLog events(run_dir / "events.jsonl");
+  log::add_file((run_dir / "logs" / "launcher.log").string());
+  spdlog::info("job '{}': {} workers, run directory {}", cfg.name, cfg.workers, run_dir.string());
 
   std::string token = job_token(args.get_or("token-file", ""));
 
@@ -392,10 +401,43 @@ int run_main(int argc, char** argv) {
   store::TcpStore debug_store({any_address ? "127.0.0.1" : ep.host, ep.port}, token);
   trace::HangWatch hang_watch(debug_store, elastic::keys::kDebugPrefix,
                               static_cast<int>(cfg.workers), cfg.debug.hang_timeout_s);
-  auto next_hang_check = Clock::now();
-
+  auto next_hang_check = Clock::now(), next_straggler_check = Clock::now();
   std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
   ProgressPrinter progress;
+  trace::StragglerWatch stragglers(
+      {.margin = cfg.debug.straggler_margin, .window = cfg.debug.straggler_window});
+  // Reads each member's live status (its recent busy times) and reports new stragglers.
+  auto check_stragglers = [&] {
+    const auto& members = coordinator.members();
+    for (int r = 0; r < next_rank; ++r) {
+      if (std::find(members.begin(), members.end(), r) == members.end()) {
+        stragglers.forget(r);
+        continue;
+      }
+      const std::string key = elastic::keys::status(r);
+      if (!debug_store.check({key})) continue;
+      try {
+        json st = json::parse(store::to_string(debug_store.get(key)));
+        if (!st.contains("busy")) continue;
+        std::vector<double> busy;
+        for (int64_t us : st["busy"].value("us", std::vector<int64_t>{})) busy.push_back(us / 1e6);
+        stragglers.observe(r, st["busy"].value("first_step", int64_t{0}), busy);
+      } catch (const json::exception&) {
+        // A record from a worker of another version: not ours to judge.
+      }
+    }
+    for (const trace::Straggler& s : stragglers.poll()) {
+      json e = s.to_json();
+      e["event"] = "straggler";
+      e["margin"] = cfg.debug.straggler_margin;
+      events.write(e);
+      spdlog::warn("{}", s.describe());
+      progress.end_line();
+      std::printf("cohort: %s\n", s.describe().c_str());
+      std::fflush(stdout);
+    }
+  };
+
   std::string status = "completed", error;
   std::vector<std::string> losses;  // "rank R (host, pid P): cause", in order
   for (;;) {
@@ -438,6 +480,7 @@ int run_main(int argc, char** argv) {
       auto st = w.poll();
       if (!st || exited.count(r)) continue;
       exited.insert(r);
+      spdlog::info("rank {} (pid {}) exited: {}", r, w.pid(), st->describe());
       events.write({{"event", "worker_exited"},
                     {"rank", r},
                     {"pid", w.pid()},
@@ -492,6 +535,11 @@ int run_main(int argc, char** argv) {
               (losses.empty() ? std::string() : " (lost " + losses.back() + ")");
       break;
     }
+    // Faster than the workers publish (twice a second), so that no record is missed.
+    if (cfg.workers > 1 && Clock::now() >= next_straggler_check) {
+      next_straggler_check = Clock::now() + std::chrono::milliseconds(250);
+      check_stragglers();
+    }
     if (Clock::now() >= next_hang_check) {
       next_hang_check = Clock::now() + std::chrono::seconds(1);
       if (hang_watch.stalled()) {
@@ -503,6 +551,8 @@ int run_main(int argc, char** argv) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  // The last statuses: a short job may end before the once-a-second check saw a full window.
+  if (cfg.workers > 1) check_stragglers();
   for (auto& m : coordinator.poll_metrics()) {
     metrics << m.dump() << "\n";
     progress.record(m);
@@ -539,6 +589,7 @@ int run_main(int argc, char** argv) {
   if (!error.empty()) summary["error"] = error;
   write_file_atomically(run_dir / "summary.json", summary.dump(2) + "\n");
   events.write({{"event", "job_" + status}, {"error", error}});
+  spdlog::info("job {}{}", status, error.empty() ? "" : ": " + error);
   if (console) console->monitor().finish(status, summary);
 
   if (status == "completed") {

@@ -105,6 +105,12 @@ void FlightRecorder::on_finished(uint64_t seq, bool ok, const OpTiming* timing,
       if (ok && r->started_us > 0 && k < latency_.size()) {
         latency_[k].observe(static_cast<double>(t - r->started_us) * 1e-6);
       }
+      if (ok) {
+        totals_.collectives += 1;
+        totals_.sent_bytes += sent_bytes;
+        totals_.active_us += r->started_us > 0 ? t - r->started_us : 0;
+        totals_.wait_us += r->wait_us;
+      }
       if (observer) copy = *r;
       found = true;
     }
@@ -129,6 +135,11 @@ Activity FlightRecorder::activity() const {
   return Activity{.step = step_.load(std::memory_order_relaxed),
                   .phase = static_cast<Phase>(phase_.load(std::memory_order_relaxed)),
                   .since_us = since_us_.load(std::memory_order_relaxed)};
+}
+
+CollectiveTotals FlightRecorder::totals() const {
+  std::lock_guard lk(mu_);
+  return totals_;
 }
 
 FlightSnapshot FlightRecorder::snapshot() const {

@@ -84,6 +84,15 @@ struct FlightSnapshot {
   std::vector<CollectiveRecord> records;  // oldest first, at most capacity()
 };
 
+// Running totals over every collective that finished successfully: the step breakdown and
+// `cohort diagnose` take differences of two readings to measure what went on between them.
+struct CollectiveTotals {
+  uint64_t collectives = 0;
+  uint64_t sent_bytes = 0;  // what this rank put on the wire
+  int64_t active_us = 0;    // sum of finished - started
+  int64_t wait_us = 0;      // of which blocked waiting for peers
+};
+
 // Microseconds since the Unix epoch (plus COHORT_CLOCK_SKEW_US if set: a test hook).
 int64_t now_us();
 
@@ -133,6 +142,7 @@ class FlightRecorder {
   uint64_t last_done() const { return last_done_.load(std::memory_order_relaxed); }
 
   FlightSnapshot snapshot() const;
+  CollectiveTotals totals() const;
 
   // Latency of every successful operation of each kind so far (started to finished), kept across
   // restart(). Kinds that never ran are left out.
@@ -154,6 +164,7 @@ class FlightRecorder {
   static constexpr size_t kKinds = 9;   // OpKind values are 1..8
   std::array<LatencyHistogram, kKinds> latency_{};
   uint64_t newest_ = 0;  // highest seq recorded
+  CollectiveTotals totals_;
   std::atomic<int64_t> step_{-1};
   std::atomic<uint8_t> phase_{0};
   std::atomic<int64_t> since_us_{0};

@@ -45,7 +45,8 @@ const Schema& schema() {
       {"dashboard", {"enabled", "bind", "port"}},
       {"faults[]", {"kind", "rank", "at_step", "seconds"}},
       {"debug",
-       {"check_collectives", "check_params_every", "hang_timeout_s", "flight_recorder_entries"}},
+       {"check_collectives", "check_params_every", "hang_timeout_s", "flight_recorder_entries",
+        "straggler_margin", "straggler_window", "bandwidth_probe_mb"}},
       {"trace", {"enabled", "max_pending_events"}},
   };
   return s;
@@ -373,6 +374,17 @@ void read_debug(const YamlReader& r, const YAML::Node& root, DebugConfig& d) {
           r.get_int(m, "debug.flight_recorder_entries", 1, 1 << 20, "an integer in [1, 1048576]")) {
     d.flight_recorder_entries = *v;
   }
+  if (auto v = r.get_number(m, "debug.straggler_margin", 0, true, 100, false,
+                            "a number in (0, 100] (0.25: 25% over the others' median)")) {
+    d.straggler_margin = *v;
+  }
+  if (auto v = r.get_int(m, "debug.straggler_window", 1, 1000000, "an integer in [1, 1000000]")) {
+    d.straggler_window = *v;
+  }
+  if (auto v = r.get_number(m, "debug.bandwidth_probe_mb", 0, false, 256, false,
+                            "a number of MB in [0, 256] (0: no probe)")) {
+    d.bandwidth_probe_mb = *v;
+  }
 }
 
 JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
@@ -626,6 +638,9 @@ std::string to_yaml(const JobConfig& c) {
   out << YAML::Key << "check_params_every" << YAML::Value << c.debug.check_params_every;
   num("hang_timeout_s", c.debug.hang_timeout_s);
   out << YAML::Key << "flight_recorder_entries" << YAML::Value << c.debug.flight_recorder_entries;
+  num("straggler_margin", c.debug.straggler_margin);
+  out << YAML::Key << "straggler_window" << YAML::Value << c.debug.straggler_window;
+  num("bandwidth_probe_mb", c.debug.bandwidth_probe_mb);
   out << YAML::EndMap;
   out << YAML::Key << "trace" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "enabled" << YAML::Value << (c.trace.enabled ? "true" : "false");

@@ -135,6 +135,9 @@ struct DebugConfig {
   int64_t check_params_every = 0;  // compare a hash of the parameters every K steps (0: never)
   double hang_timeout_s = 300;     // no progress on any rank for this long: hang report (0: off)
   int64_t flight_recorder_entries = 256;  // collectives each rank remembers
+  double straggler_margin = 0.25;  // busy this much over the others' median: slow (straggler.h)
+  int64_t straggler_window = 20;   // consecutive slow steps that make a straggler
+  double bandwidth_probe_mb = 4;   // the transport probe's allreduce at start-up (0: none)
   bool operator==(const DebugConfig&) const = default;
 };
 

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <deque>
 #include <filesystem>
 #include <limits>
@@ -12,10 +13,11 @@
 #include <thread>
 
 #include "cohort/base/clock.h"
-#include "cohort/base/histogram.h"
 #include "cohort/base/file.h"
+#include "cohort/base/histogram.h"
 #include "cohort/base/log.h"
 #include "cohort/ddp/distributed_data_parallel.h"
+#include "cohort/trace/step_log.h"
 #include "cohort/trace/tracer.h"
 #include "cohort/train/checkpoint.h"
 #include "cohort/train/dataset.h"
@@ -113,20 +115,33 @@ Evaluation evaluate(Model& model, const Dataset& test, comm::Communicator& comm)
   return {sums[1] > 0 ? sums[0] / sums[1] : 0, sums[1] > 0 ? sums[2] / sums[1] : 0};
 }
 
-// A rank's live status for the console: step time, the share of it spent waiting on gradient
-// exchange, a histogram of that wait, and the latency histograms of every kind of collective
-// (from the flight recorder), published about twice a second.
+// A rank's live status for the console and the launcher: step time, the share of it spent waiting
+// on gradient exchange, a histogram of that wait, the latency histograms of every kind of
+// collective (from the flight recorder), the step's breakdown (data, compute, sync), and the busy
+// time (data + compute) of every step since the previous record and of the `window` before (so
+// that a reader who misses one record still sees whole windows), from which the launcher tells
+// stragglers (trace/straggler.h). Published about twice a second.
 class StatusReporter {
  public:
-  StatusReporter(const TrainerContext& ctx, const comm::FlightRecorder& recorder)
-      : report_(ctx.report_status), recorder_(recorder) {}
+  StatusReporter(const TrainerContext& ctx, const comm::FlightRecorder& recorder, size_t window)
+      : report_(ctx.report_status),
+        recorder_(recorder),
+        window_(std::clamp<size_t>(window, 1, 1000)) {}
 
-  void step(double seconds, double wait_seconds, int64_t samples) {
+  void step(int64_t step, double data_s, double compute_s, double wait_seconds, int64_t samples) {
+    const double seconds = data_s + compute_s + wait_seconds;
     wait_hist_.observe(wait_seconds);
     steps_ += 1;
     step_seconds_ += seconds;
     wait_seconds_ += wait_seconds;
+    data_seconds_ += data_s;
+    compute_seconds_ += compute_s;
     samples_ += samples;
+    // Consecutive steps only: a rollback starts the window again.
+    if (step != busy_last_ + 1) busy_.clear();
+    busy_.push_back(static_cast<int64_t>((data_s + compute_s) * 1e6));
+    if (busy_.size() > kMaxBusy) busy_.pop_front();
+    busy_last_ = step;
   }
   // Publishes if `force` or half a second has passed since the last record.
   void maybe_report(const char* state, int64_t step, int64_t total, int64_t epoch, uint64_t bytes,
@@ -145,14 +160,24 @@ class StatusReporter {
            {"collective_latency", std::move(latency)},
            {"time", wall_seconds()}};
     if (steps_ > 0) {
-      s["step_time"] = step_seconds_ / steps_;
+      const auto n = static_cast<double>(steps_);
+      s["step_time"] = step_seconds_ / n;
       s["comm_share"] = step_seconds_ > 0 ? wait_seconds_ / step_seconds_ : 0.0;
       s["samples_per_sec"] = step_seconds_ > 0 ? samples_ / step_seconds_ : 0.0;
+      s["breakdown"] = {{"data_s", data_seconds_ / n},
+                        {"compute_s", compute_seconds_ / n},
+                        {"sync_s", wait_seconds_ / n}};
+    }
+    if (!busy_.empty()) {
+      s["busy"] = {{"first_step", busy_last_ - static_cast<int64_t>(busy_.size()) + 1},
+                   {"us", std::vector<int64_t>(busy_.begin(), busy_.end())}};
+      // The next record repeats the last window of this one.
+      while (busy_.size() > window_) busy_.pop_front();
     }
     report_(s);
     last_ = Clock::now();
     steps_ = 0;
-    step_seconds_ = wait_seconds_ = 0;
+    step_seconds_ = wait_seconds_ = data_seconds_ = compute_seconds_ = 0;
     samples_ = 0;
   }
 
@@ -168,8 +193,40 @@ class StatusReporter {
   LatencyHistogram wait_hist_;
   Clock::time_point last_ = Clock::now();
   int64_t steps_ = 0, samples_ = 0;
-  double step_seconds_ = 0, wait_seconds_ = 0;
+  double step_seconds_ = 0, wait_seconds_ = 0, data_seconds_ = 0, compute_seconds_ = 0;
+  size_t window_;
+  static constexpr size_t kMaxBusy = 4096;
+  std::deque<int64_t> busy_;  // microseconds
+  int64_t busy_last_ = -1;
 };
+
+// The transport probe: an allreduce of `mb` MB timed `iterations` times after one warm-up, the
+// fastest kept. Every rank of the communicator calls it.
+trace::RankHeader probe_transport(comm::Communicator& comm, double mb, comm::Algorithm algorithm,
+                                  int job_rank, int64_t clock_offset_us) {
+  trace::RankHeader h{.rank = job_rank,
+                      .world = comm.size(),
+                      .clock_offset_us = clock_offset_us,
+                      .algorithm = std::string(comm::algorithm_name(algorithm))};
+  const auto count = static_cast<size_t>(mb * 1e6 / 4);
+  if (comm.size() < 2 || count == 0) return h;
+  std::vector<float> data(count, 1.0f);
+  constexpr int kIterations = 3;
+  double best = std::numeric_limits<double>::max();
+  for (int i = 0; i <= kIterations; ++i) {
+    auto t = Clock::now();
+    comm.allreduce(Buffer{DType::F32, data.data(), count},
+                   {.op = comm::ReduceOp::Sum, .algorithm = algorithm})
+        ->wait();
+    if (i > 0) best = std::min(best, seconds_since(t));
+  }
+  const double n = comm.size();
+  h.probe_bytes = count * 4;
+  h.probe_iterations = kIterations;
+  h.probe_seconds = best;
+  h.probe_busbw_gbps = static_cast<double>(h.probe_bytes) * 2 * (n - 1) / n / best / 1e9;
+  return h;
+}
 
 // The job's faults: (rank, at_step, kind) fire at step boundaries of this rank (config.h).
 // A fault fires once per worker process (a replacement that redoes the step fires it again).
@@ -325,7 +382,16 @@ json train(TrainerContext& ctx) {
   uint64_t comm_bytes = 0;
   // Gradient exchange only, summed over membership epochs (see DdpStats).
   uint64_t grad_sent = 0, grad_received = 0, grad_uncompressed = 0;
-  StatusReporter status(ctx, recorder);
+  StatusReporter status(ctx, recorder, static_cast<size_t>(cfg.debug.straggler_window));
+  // Where each step went, for stragglers and `cohort diagnose` (trace/step_log.h).
+  std::unique_ptr<trace::StepLog> step_log;
+  if (!ctx.run_dir.empty()) {
+    step_log = std::make_unique<trace::StepLog>((std::filesystem::path(ctx.run_dir) / "steps" /
+                                                 ("rank-" + std::to_string(job_rank) + ".jsonl"))
+                                                    .string());
+  }
+  int64_t clock_offset_us = 0;
+  std::optional<trace::RankHeader> probe;  // the transport probe (the header of the step log)
   int64_t samples = 0;
   auto t_train = Clock::now();
   double train_s = 0;
@@ -341,10 +407,11 @@ json train(TrainerContext& ctx) {
       comm::Communicator& comm = ctx.agent.connect(membership);
       const int rank = comm.rank(), world = comm.size();
       log::set_context(job_rank, membership.epoch, state.step);
+      // Clock offsets are measured by the workers of the start together; a replacement that
+      // joins later keeps its own clock.
+      if (fresh_start && membership.epoch == 0) clock_offset_us = trace::measure_clock_offset(comm);
       if (cfg.trace.enabled && !tracer && !ctx.run_dir.empty()) {
-        // Clock offsets are measured by the workers of the start together; a replacement that
-        // joins later keeps its own clock.
-        const int64_t offset = membership.epoch == 0 ? trace::measure_clock_offset(comm) : 0;
+        const int64_t offset = clock_offset_us;
         tracer = std::make_unique<trace::Tracer>(trace::TracerOptions{
             .path = (std::filesystem::path(ctx.run_dir) / "trace" /
                      ("rank-" + std::to_string(job_rank) + ".json"))
@@ -374,6 +441,17 @@ json train(TrainerContext& ctx) {
       if (fresh_start) {
         fresh_start = false;
         ddp.broadcast_parameters(0);
+        const trace::RankHeader header =
+            probe_transport(comm, cfg.debug.bandwidth_probe_mb,
+                            comm::parse_algorithm(cfg.comm.algorithm), job_rank, clock_offset_us);
+        if (header.probe_bytes > 0) {
+          spdlog::info(
+              "transport probe: allreduce of {:.1f} MB in {:.2f} ms, {:.2f} GB/s bus bandwidth",
+              static_cast<double>(header.probe_bytes) / 1e6, 1e3 * header.probe_seconds,
+              header.probe_busbw_gbps);
+        }
+        probe = header;
+        if (step_log) step_log->header(header);
         if (!ctx.resume_from.empty()) {
           // Rank 0 picks and reads the checkpoint; every rank restores the same bytes.
           std::string bytes, name;
@@ -408,6 +486,10 @@ json train(TrainerContext& ctx) {
         take_snapshot(world);
         have_state = true;
       } else {
+        if (step_log && !probe) {
+          probe = trace::RankHeader{.rank = job_rank, .world = world};
+          step_log->header(*probe);
+        }
         // Agree on the newest snapshot every rank that has state holds, and who sends it to the
         // ranks without: min over ranks of (newest snapshot, -steps reached, -needs state, rank).
         constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
@@ -530,16 +612,34 @@ json train(TrainerContext& ctx) {
           auto loss =
               loss_sum * (static_cast<double>(world) / static_cast<double>(batch->global_batch));
           const ddp::DdpStats before = ddp.stats();
+          const comm::CollectiveTotals coll_before = recorder.totals();
           phase(state.step + 1, comm::Phase::Backward);
           ddp.backward(loss);
+          const int64_t synced_us = comm::now_us();
+          const comm::CollectiveTotals coll = recorder.totals();
           phase(state.step + 1, comm::Phase::Optimizer);
           optimizer->step();
           const double waited = ddp.stats().wait_seconds - before.wait_seconds;
+          const double step_data = std::chrono::duration<double>(t1 - t0).count();
+          const double step_compute = seconds_since(t1) - waited;
           grad_sent += ddp.stats().bytes_sent - before.bytes_sent;
           grad_received += ddp.stats().bytes_received - before.bytes_received;
           grad_uncompressed += ddp.stats().uncompressed_bytes - before.uncompressed_bytes;
-          compute_s += seconds_since(t1) - waited;
+          compute_s += step_compute;
           comm_s += waited;
+          if (step_log) {
+            step_log->append({.step = state.step + 1,
+                              .epoch = membership.epoch,
+                              .world = world,
+                              .end_us = comm::now_us(),
+                              .data_s = step_data,
+                              .compute_s = step_compute,
+                              .sync_s = waited,
+                              .ready_us = synced_us - static_cast<int64_t>(waited * 1e6),
+                              .sent_bytes = coll.sent_bytes - coll_before.sent_bytes,
+                              .collective_us = coll.active_us - coll_before.active_us,
+                              .collective_wait_us = coll.wait_us - coll_before.wait_us});
+          }
           window_correct += logits.argmax(1).eq(y).sum().item<int64_t>();
           window_seen += static_cast<int64_t>(batch->indices.size());
 
@@ -561,7 +661,7 @@ json train(TrainerContext& ctx) {
           window_samples += batch->global_batch;
           log::set_step(state.step);
           recovery_done();
-          status.step(seconds_since(t0), waited, n);
+          status.step(state.step, step_data, step_compute, waited, n);
           status.maybe_report("training", state.step, total_steps, state.epoch, bytes_now());
 
           epoch_end = sampler.steps_remaining() == 0;
@@ -678,6 +778,9 @@ json train(TrainerContext& ctx) {
           {"grad_bytes_received", grad_received},
           {"grad_bytes_uncompressed", grad_uncompressed},
           {"compression", cfg.comm.compression},
+          // The transport probe at start-up (trace/step_log.h; 0: none).
+          {"probe_bytes", probe ? probe->probe_bytes : 0},
+          {"probe_busbw_gbps", probe ? probe->probe_busbw_gbps : 0.0},
           {"test_accuracy", ev.accuracy},
           {"test_loss", ev.loss},
           {"final_loss", last_loss},

@@ -1,0 +1,355 @@
+#include "cohort/trace/diagnosis.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+namespace cohort::trace {
+
+using nlohmann::json;
+
+namespace {
+
+std::string strf(const char* f, auto... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof(buf), f, args...);
+  return buf;
+}
+
+std::string pct(double share) {
+  return strf("%.0f%%", 100 * share);
+}
+
+std::string mb(double bytes) {
+  return strf("%.1f MB", bytes / 1e6);
+}
+
+json breakdown_json(const RankBreakdown& b) {
+  return {{"rank", b.rank},
+          {"steps", b.steps},
+          {"step_s", b.step_s},
+          {"data_s", b.data_s},
+          {"compute_s", b.compute_s},
+          {"wait_s", b.wait_s},
+          {"comm_s", b.comm_s},
+          {"data_share", b.share(b.data_s)},
+          {"compute_share", b.share(b.compute_s)},
+          {"wait_share", b.share(b.wait_s)},
+          {"comm_share", b.share(b.comm_s)},
+          {"busbw_gbps", b.busbw_gbps},
+          {"bytes_per_step", b.bytes_per_step}};
+}
+
+}  // namespace
+
+Diagnosis diagnose_run(const std::vector<RankSteps>& ranks, const JobFacts& job,
+                       const RunOutcome& outcome) {
+  Diagnosis d;
+  d.job = job;
+  d.outcome = outcome;
+
+  // The newest record of each step per rank (a rollback repeats steps), and each step's world.
+  std::map<int, std::map<int64_t, StepRecord>> by_rank;
+  std::map<int, int64_t> offsets;
+  for (const RankSteps& r : ranks) {
+    auto& mine = by_rank[r.rank];
+    for (const StepRecord& s : r.steps) mine[s.step] = s;
+    offsets[r.rank] = r.has_header ? r.header.clock_offset_us : 0;
+    if (r.has_header && r.header.probe_busbw_gbps > 0 && r.rank == ranks.front().rank) {
+      d.probe_busbw_gbps = r.header.probe_busbw_gbps;
+      d.probe_bytes = r.header.probe_bytes;
+      d.probe_algorithm = r.header.algorithm;
+    }
+  }
+
+  // Wait for peers: at each step every rank of its world reported, the time between a rank's
+  // gradients being ready and the last rank's, at most its sync time.
+  std::map<int, std::map<int64_t, double>> wait;  // rank -> step -> seconds
+  if (!by_rank.empty()) {
+    for (const auto& [step, first] : by_rank.begin()->second) {
+      int64_t last_ready = 0;
+      size_t present = 0;
+      for (const auto& [rank, steps] : by_rank) {
+        auto it = steps.find(step);
+        if (it == steps.end() || it->second.epoch != first.epoch) continue;
+        ++present;
+        last_ready = std::max(last_ready, it->second.ready_us + offsets[rank]);
+      }
+      if (present != by_rank.size() || present != static_cast<size_t>(first.world)) continue;
+      ++d.common_steps;
+      for (const auto& [rank, steps] : by_rank) {
+        const StepRecord& s = steps.at(step);
+        const double w = static_cast<double>(last_ready - (s.ready_us + offsets[rank])) / 1e6;
+        wait[rank][step] = std::clamp(w, 0.0, s.sync_s);
+      }
+    }
+  }
+
+  BusyTable busy;
+  double best_busbw_wait = -1;
+  for (const auto& [rank, steps] : by_rank) {
+    RankBreakdown b{.rank = rank};
+    double bytes = 0, coll_s = 0;
+    for (const auto& [step, s] : steps) {
+      ++b.steps;
+      b.data_s += s.data_s;
+      b.compute_s += s.compute_s;
+      double w = 0;
+      if (auto it = wait[rank].find(step); it != wait[rank].end()) w = it->second;
+      b.wait_s += w;
+      b.comm_s += s.sync_s - w;
+      bytes += static_cast<double>(s.sent_bytes);
+      coll_s += static_cast<double>(s.collective_us) / 1e6;
+      busy[rank][step] = s.busy_s();
+    }
+    if (b.steps > 0) {
+      const auto n = static_cast<double>(b.steps);
+      b.data_s /= n;
+      b.compute_s /= n;
+      b.wait_s /= n;
+      b.comm_s /= n;
+      b.step_s = b.data_s + b.compute_s + b.wait_s + b.comm_s;
+      b.bytes_per_step = static_cast<uint64_t>(bytes / n);
+    }
+    b.busbw_gbps = coll_s > 0 ? bytes / coll_s / 1e9 : 0;
+    // The rank that waited least for its peers measures the transfers best.
+    if (b.busbw_gbps > 0 && (best_busbw_wait < 0 || b.wait_s < best_busbw_wait)) {
+      best_busbw_wait = b.wait_s;
+      d.achieved_busbw_gbps = b.busbw_gbps;
+    }
+    d.ranks.push_back(b);
+  }
+  if (!d.ranks.empty()) {
+    RankBreakdown& m = d.mean;
+    m.rank = -1;
+    for (const auto& b : d.ranks) {
+      m.steps = std::max(m.steps, b.steps);
+      m.data_s += b.data_s;
+      m.compute_s += b.compute_s;
+      m.wait_s += b.wait_s;
+      m.comm_s += b.comm_s;
+      m.bytes_per_step += b.bytes_per_step;
+    }
+    const auto n = static_cast<double>(d.ranks.size());
+    m.data_s /= n;
+    m.compute_s /= n;
+    m.wait_s /= n;
+    m.comm_s /= n;
+    m.bytes_per_step /= d.ranks.size();
+    m.step_s = m.data_s + m.compute_s + m.wait_s + m.comm_s;
+    m.busbw_gbps = d.achieved_busbw_gbps;
+  }
+  d.stragglers = find_stragglers(busy, job.straggler);
+
+  // Findings: the numbers, in words.
+  const RankBreakdown& m = d.mean;
+  if (m.steps > 0) {
+    d.findings.push_back(
+        strf("a step takes %.1f ms on average: %s computing, %s loading data, %s waiting for other "
+             "ranks, %s communicating",
+             1e3 * m.step_s, pct(m.share(m.compute_s)).c_str(), pct(m.share(m.data_s)).c_str(),
+             pct(m.share(m.wait_s)).c_str(), pct(m.share(m.comm_s)).c_str()));
+  }
+  if (d.achieved_busbw_gbps > 0) {
+    std::string line =
+        strf("gradient allreduces reached %.2f GB/s bus bandwidth (%s per step per rank)",
+             d.achieved_busbw_gbps, mb(static_cast<double>(m.bytes_per_step)).c_str());
+    if (d.probe_busbw_gbps > 0) {
+      line += strf("; the transport probe (%s allreduce at start-up) reached %.2f GB/s: %s of it",
+                   mb(static_cast<double>(d.probe_bytes)).c_str(), d.probe_busbw_gbps,
+                   pct(d.achieved_busbw_gbps / d.probe_busbw_gbps).c_str());
+    }
+    d.findings.push_back(line);
+  }
+  for (const auto& s : d.stragglers) d.findings.push_back(s.describe());
+  if (!outcome.hang_headline.empty()) {
+    d.findings.push_back("hang report: " + outcome.hang_headline);
+  }
+  if (!outcome.status.empty() && outcome.status != "completed") {
+    d.findings.push_back("the run " + outcome.status +
+                         (outcome.error.empty() ? "" : ": " + outcome.error));
+  }
+  d.recommendations = recommendations(d);
+  return d;
+}
+
+std::vector<std::string> recommendations(const Diagnosis& d) {
+  std::vector<std::string> out;
+  const RankBreakdown& m = d.mean;
+  const JobFacts& job = d.job;
+
+  if (!d.outcome.hang_headline.empty()) {
+    out.push_back(
+        "the run hung: " + d.outcome.hang_headline +
+        ". Look at what that rank was doing in its log (cohort logs RUN_DIR --rank R) and at "
+        "every rank's last collectives in hang-report.txt");
+  } else if (!d.outcome.status.empty() && d.outcome.status == "failed" &&
+             !d.outcome.error.empty()) {
+    out.push_back("the run failed: " + d.outcome.error +
+                  ". The failing rank's log has the details (cohort logs RUN_DIR --rank R)");
+  }
+  if (m.steps == 0 || m.step_s <= 0) {
+    if (out.empty()) out.push_back("no steps were recorded: nothing to analyse");
+    return out;
+  }
+
+  // Stragglers first: their cost shows up as everyone else's wait.
+  for (const Straggler& s : d.stragglers) {
+    double others_wait = 0;
+    int n = 0;
+    for (const auto& b : d.ranks) {
+      if (b.rank != s.rank) {
+        others_wait += b.share(b.wait_s);
+        ++n;
+      }
+    }
+    out.push_back(strf(
+        "rank %d is a straggler: it is busy %.1f ms per step against %.1f ms on the "
+        "others (%.1fx, steps %lld-%lld), and the other ranks spend %s of each step "
+        "waiting for it. Look for what else runs on its machine or core, a slower "
+        "machine, or a larger share of data; threads_per_worker (now %lld) sets how "
+        "many cores each worker uses",
+        s.rank, 1e3 * s.busy_s, 1e3 * s.others_median_s, s.ratio(),
+        static_cast<long long>(s.first_step), static_cast<long long>(s.last_step),
+        pct(n > 0 ? others_wait / n : 0).c_str(), static_cast<long long>(job.threads_per_worker)));
+  }
+  const double wait = m.share(m.wait_s), comm = m.share(m.comm_s), data = m.share(m.data_s),
+               compute = m.share(m.compute_s);
+  if (d.stragglers.empty() && wait >= 0.2) {
+    out.push_back(
+        strf("ranks spend %s of each step waiting for one another, but no rank is "
+             "consistently slower (debug.straggler_margin %.2f over %lld steps): the "
+             "imbalance moves between ranks, as when the machine is oversubscribed. "
+             "Fewer workers or a smaller threads_per_worker (now %lld) may help",
+             pct(wait).c_str(), job.straggler.margin, static_cast<long long>(job.straggler.window),
+             static_cast<long long>(job.threads_per_worker)));
+  }
+  if (comm >= 0.3) {
+    std::string advice = strf(
+        "communication-bound: %s of each step waits on the gradient allreduce "
+        "after backward",
+        pct(comm).c_str());
+    std::vector<std::string> tries;
+    const double of_probe =
+        d.probe_busbw_gbps > 0 ? d.achieved_busbw_gbps / d.probe_busbw_gbps : 0.0;
+    if (job.compression == "none") {
+      tries.push_back("comm.compression: int8 (about 4x fewer bytes) or fp16 (2x)");
+    } else if (job.compression == "fp16" || job.compression == "bf16") {
+      tries.push_back("comm.compression: int8 or powersgd (more compression than " +
+                      job.compression + ")");
+    }
+    if (d.probe_busbw_gbps > 0 && of_probe < 0.5) {
+      tries.push_back(
+          strf("a larger comm.bucket_mb (now %g): the allreduces reach %s of the "
+               "transport's measured bandwidth, so they pay latency more than bytes",
+               job.bucket_mb, pct(of_probe).c_str()));
+    } else if (d.probe_busbw_gbps > 0) {
+      tries.push_back(
+          strf("the allreduces already reach %s of the transport's measured bandwidth: "
+               "fewer bytes (compression) or a larger train.batch_size (now %lld) per "
+               "step is what helps",
+               pct(of_probe).c_str(), static_cast<long long>(job.batch_size)));
+    }
+    if (!tries.empty()) {
+      advice += "; try ";
+      for (size_t i = 0; i < tries.size(); ++i) advice += (i ? ", or " : "") + tries[i];
+    }
+    out.push_back(advice);
+  }
+  if (data >= 0.2) {
+    out.push_back(
+        strf("data-loading-bound: %s of each step assembles the batch on the training "
+             "thread; a larger train.batch_size (now %lld) spreads that cost over more "
+             "samples",
+             pct(data).c_str(), static_cast<long long>(job.batch_size)));
+  }
+  if (compute >= 0.7 && out.empty()) {
+    out.push_back(
+        strf("compute-bound: %s of each step computes and little waits on the network, "
+             "so the job scales well; more workers will add throughput",
+             pct(compute).c_str()));
+  }
+  if (out.empty()) {
+    out.push_back(strf("no single bottleneck: compute %s, data %s, waiting %s, communication %s",
+                       pct(compute).c_str(), pct(data).c_str(), pct(wait).c_str(),
+                       pct(comm).c_str()));
+  }
+  return out;
+}
+
+RunOutcome read_hang_report(const std::string& text, RunOutcome outcome) {
+  std::istringstream in(text);
+  std::string line;
+  std::getline(in, outcome.hang_cause);
+  // cause, blank, "hang report", blank, the headline paragraph.
+  bool in_report = false, in_headline = false;
+  while (std::getline(in, line)) {
+    if (!in_report) {
+      in_report = line == "hang report";
+      continue;
+    }
+    if (line.empty()) {
+      if (in_headline) break;
+      continue;
+    }
+    in_headline = true;
+    outcome.hang_headline += (outcome.hang_headline.empty() ? "" : " ") + line;
+  }
+  return outcome;
+}
+
+json Diagnosis::to_json() const {
+  json ranks_json = json::array();
+  for (const auto& b : ranks) ranks_json.push_back(breakdown_json(b));
+  json stragglers_json = json::array();
+  for (const auto& s : stragglers) stragglers_json.push_back(s.to_json());
+  json j{
+      {"job", job.name},
+      {"workers", job.workers},
+      {"ranks", ranks_json},
+      {"mean", breakdown_json(mean)},
+      {"common_steps", common_steps},
+      {"achieved_busbw_gbps", achieved_busbw_gbps},
+      {"probe",
+       {{"bytes", probe_bytes}, {"busbw_gbps", probe_busbw_gbps}, {"algorithm", probe_algorithm}}},
+      {"stragglers", stragglers_json},
+      {"straggler_margin", job.straggler.margin},
+      {"straggler_window", job.straggler.window},
+      {"findings", findings},
+      {"recommendations", recommendations}};
+  if (!outcome.status.empty()) j["status"] = outcome.status;
+  if (!outcome.error.empty()) j["error"] = outcome.error;
+  if (!outcome.hang_headline.empty()) {
+    j["hang"] = {{"cause", outcome.hang_cause}, {"headline", outcome.hang_headline}};
+  }
+  return j;
+}
+
+std::string Diagnosis::text() const {
+  std::string t = "diagnosis of '" + job.name + "'";
+  if (!outcome.status.empty()) t += " (" + outcome.status + ")";
+  t += strf(": %zu ranks\n\n", ranks.size());
+  t += "per rank, mean per step    step      compute        data        wait        comm   "
+       "busbw\n";
+  auto row = [&](const RankBreakdown& b, const std::string& who) {
+    auto cell = [&](double s) { return strf("%6.1fms %3.0f%%", 1e3 * s, 100 * b.share(s)); };
+    t += strf("  %-22s %7.1fms  %s  %s  %s  %s  %s\n", who.c_str(), 1e3 * b.step_s,
+              cell(b.compute_s).c_str(), cell(b.data_s).c_str(), cell(b.wait_s).c_str(),
+              cell(b.comm_s).c_str(),
+              b.busbw_gbps > 0 ? strf("%.2f GB/s", b.busbw_gbps).c_str() : "-");
+  };
+  for (const auto& b : ranks)
+    row(b, strf("rank %d (%lld steps)", b.rank, static_cast<long long>(b.steps)));
+  if (ranks.size() > 1) row(mean, "mean");
+  t += strf("  (wait/comm split over %lld steps that every rank reported)\n",
+            static_cast<long long>(common_steps));
+  t += "\nfindings\n";
+  for (const auto& f : findings) t += "  - " + f + "\n";
+  if (probe_busbw_gbps <= 0) t += "  - no transport probe was recorded\n";
+  t += "\nrecommendations\n";
+  for (const auto& r : recommendations) t += "  - " + r + "\n";
+  return t;
+}
+
+}  // namespace cohort::trace

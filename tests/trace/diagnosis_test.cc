@@ -1,0 +1,243 @@
+// The step log, the diagnosis and its recommendations on constructed runs, and the log merger.
+#include "cohort/trace/diagnosis.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cohort/base/error.h"
+#include "cohort/trace/log_merge.h"
+#include "cohort/trace/step_log.h"
+
+namespace fs = std::filesystem;
+
+namespace cohort::trace {
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  auto d = fs::temp_directory_path() / ("cohort-diag-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+bool contains(const std::vector<std::string>& lines, const std::string& what) {
+  for (const auto& l : lines) {
+    if (l.find(what) != std::string::npos) return true;
+  }
+  return false;
+}
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string s;
+  for (const auto& l : lines) s += l + "\n";
+  return s;
+}
+
+// A run of `steps` steps on `world` ranks. Every rank loads data for `data` s and computes for
+// `compute` s (rank `slow` for `slow_compute` s instead); gradients are ready at the end of that,
+// and every rank's sync ends `comm` s after the last rank's gradients were ready.
+std::vector<RankSteps> run(int world, int steps, double data, double compute, double comm,
+                           int slow = -1, double slow_compute = 0, uint64_t bytes = 1000000,
+                           double probe_gbps = 2.0) {
+  std::vector<RankSteps> ranks(static_cast<size_t>(world));
+  int64_t t = 1'000'000'000;
+  for (int s = 1; s <= steps; ++s) {
+    double busiest = 0;
+    for (int r = 0; r < world; ++r)
+      busiest = std::max(busiest, data + (r == slow ? slow_compute : compute));
+    for (int r = 0; r < world; ++r) {
+      const double busy = data + (r == slow ? slow_compute : compute);
+      const double sync = busiest - busy + comm;
+      StepRecord rec{.step = s,
+                     .epoch = 0,
+                     .world = world,
+                     .end_us = t + static_cast<int64_t>((busiest + comm) * 1e6),
+                     .data_s = data,
+                     .compute_s = busy - data,
+                     .sync_s = sync,
+                     .ready_us = t + static_cast<int64_t>(busy * 1e6),
+                     .sent_bytes = bytes,
+                     // The rank's collectives: from its readiness to the end of its sync.
+                     .collective_us = static_cast<int64_t>(sync * 1e6),
+                     .collective_wait_us = 0};
+      ranks[static_cast<size_t>(r)].steps.push_back(rec);
+    }
+    t += static_cast<int64_t>((busiest + comm) * 1e6);
+  }
+  for (int r = 0; r < world; ++r) {
+    auto& rs = ranks[static_cast<size_t>(r)];
+    rs.rank = r;
+    rs.has_header = true;
+    rs.header = {.rank = r,
+                 .world = world,
+                 .probe_bytes = 4000000,
+                 .probe_iterations = 3,
+                 .probe_seconds = 0.004,
+                 .probe_busbw_gbps = probe_gbps,
+                 .algorithm = "auto"};
+  }
+  return ranks;
+}
+
+JobFacts facts(const std::string& compression = "none") {
+  return {.name = "t",
+          .workers = 3,
+          .threads_per_worker = 1,
+          .batch_size = 64,
+          .model = "mlp",
+          .compression = compression,
+          .bucket_mb = 25,
+          .algorithm = "auto",
+          .straggler = {.margin = 0.25, .window = 10}};
+}
+
+TEST(Diagnosis, SplitsSyncIntoWaitingForPeersAndCommunication) {
+  // Rank 1 computes 50 ms, the others 10 ms; the exchange itself takes 5 ms after the last.
+  auto d = diagnose_run(run(3, 30, 0.002, 0.010, 0.005, 1, 0.050), facts(), {});
+  ASSERT_EQ(d.ranks.size(), 3u);
+  EXPECT_EQ(d.common_steps, 30);
+  EXPECT_NEAR(d.ranks[0].wait_s, 0.040, 1e-5);
+  EXPECT_NEAR(d.ranks[0].comm_s, 0.005, 1e-5);
+  EXPECT_NEAR(d.ranks[1].wait_s, 0.0, 1e-5);
+  EXPECT_NEAR(d.ranks[1].comm_s, 0.005, 1e-5);
+  EXPECT_NEAR(d.ranks[1].compute_s, 0.050, 1e-9);
+  EXPECT_NEAR(d.ranks[0].step_s, d.ranks[1].step_s, 1e-5);  // synchronous: one step time
+  ASSERT_EQ(d.stragglers.size(), 1u);
+  EXPECT_EQ(d.stragglers[0].rank, 1);
+  EXPECT_TRUE(contains(d.recommendations, "rank 1 is a straggler")) << joined(d.recommendations);
+  EXPECT_FALSE(contains(d.recommendations, "rank 0 is a straggler"));
+  EXPECT_FALSE(contains(d.recommendations, "communication-bound"));
+  // The least-waiting rank measures the transfers: 1 MB in 5 ms = 0.2 GB/s against a 2 GB/s probe.
+  EXPECT_NEAR(d.achieved_busbw_gbps, 0.2, 0.001);
+  EXPECT_TRUE(contains(d.findings, "10% of it")) << joined(d.findings);
+  const auto j = d.to_json();
+  EXPECT_EQ(j["stragglers"][0]["rank"], 1);
+  EXPECT_EQ(j["ranks"].size(), 3u);
+  EXPECT_NE(d.text().find("rank 1 (30 steps)"), std::string::npos) << d.text();
+}
+
+TEST(Diagnosis, CommunicationBoundAdvice) {
+  // 60% of the step is the exchange, far below the probe's bandwidth: compression and buckets.
+  auto d = diagnose_run(run(2, 20, 0.001, 0.003, 0.006, -1, 0, 100000, 2.0), facts(), {});
+  const std::string all = joined(d.recommendations);
+  EXPECT_TRUE(contains(d.recommendations, "communication-bound: 60% of each step")) << all;
+  EXPECT_TRUE(contains(d.recommendations, "comm.compression: int8")) << all;
+  EXPECT_TRUE(contains(d.recommendations, "a larger comm.bucket_mb (now 25)")) << all;
+  EXPECT_TRUE(d.stragglers.empty());
+
+  // At the probe's bandwidth already, with compression on: no bucket advice; stronger codecs.
+  auto near =
+      diagnose_run(run(2, 20, 0.001, 0.003, 0.006, -1, 0, 11000000, 2.0), facts("fp16"), {});
+  const std::string all2 = joined(near.recommendations);
+  EXPECT_TRUE(contains(near.recommendations, "communication-bound")) << all2;
+  EXPECT_FALSE(contains(near.recommendations, "comm.bucket_mb")) << all2;
+  EXPECT_TRUE(contains(near.recommendations, "comm.compression: int8 or powersgd")) << all2;
+  EXPECT_TRUE(contains(near.recommendations, "already reach 92%")) << all2;
+}
+
+TEST(Diagnosis, DataAndComputeBoundAdvice) {
+  auto data = diagnose_run(run(2, 20, 0.006, 0.003, 0.001), facts(), {});
+  EXPECT_TRUE(contains(data.recommendations, "data-loading-bound: 60% of each step"))
+      << joined(data.recommendations);
+  EXPECT_TRUE(contains(data.recommendations, "train.batch_size (now 64)"));
+  auto compute = diagnose_run(run(2, 20, 0.0001, 0.009, 0.0009), facts(), {});
+  EXPECT_TRUE(contains(compute.recommendations, "compute-bound: 90%"))
+      << joined(compute.recommendations);
+  EXPECT_EQ(compute.recommendations.size(), 1u);
+}
+
+TEST(Diagnosis, FailedAndHungRunsLeadWithTheirCause) {
+  RunOutcome o{.status = "failed", .error = "rank 1: a collective timed out"};
+  o = read_hang_report(
+      "a collective timed out: rank 1: ...\n\nhang report\n\nrank 1 never entered allreduce #7 "
+      "(bucket 0, 0.2 MB);\nrank 0 has waited 3.0 s\n\nrank 0: waiting\n",
+      o);
+  EXPECT_EQ(o.hang_cause, "a collective timed out: rank 1: ...");
+  EXPECT_EQ(o.hang_headline,
+            "rank 1 never entered allreduce #7 (bucket 0, 0.2 MB); rank 0 has waited 3.0 s");
+  auto d = diagnose_run(run(2, 5, 0.001, 0.003, 0.001), facts(), o);
+  ASSERT_FALSE(d.recommendations.empty());
+  EXPECT_EQ(d.recommendations[0].rfind("the run hung: rank 1 never entered allreduce #7", 0), 0u)
+      << d.recommendations[0];
+  EXPECT_TRUE(contains(d.findings, "the run failed: rank 1: a collective timed out"));
+  EXPECT_EQ(d.to_json()["hang"]["headline"], o.hang_headline);
+  // No steps at all (it hung before the first): still a report.
+  auto none = diagnose_run({}, facts(), o);
+  EXPECT_TRUE(none.ranks.empty());
+  EXPECT_FALSE(none.recommendations.empty());
+}
+
+TEST(StepLog, WritesHeaderAndStepsAndReadsThemBack) {
+  auto dir = fresh_dir("steplog");
+  {
+    StepLog log((dir / "steps" / "rank-1.jsonl").string());
+    log.header({.rank = 1,
+                .world = 2,
+                .clock_offset_us = -42,
+                .probe_bytes = 4000000,
+                .probe_iterations = 3,
+                .probe_seconds = 0.002,
+                .probe_busbw_gbps = 2.0,
+                .algorithm = "ring"});
+    for (int s = 1; s <= 1000; ++s) {
+      log.append({.step = s,
+                  .world = 2,
+                  .data_s = 0.001,
+                  .compute_s = 0.002,
+                  .sync_s = 0.0005,
+                  .ready_us = s * 1000,
+                  .sent_bytes = 10});
+    }
+  }
+  std::ofstream(dir / "steps" / "rank-1.jsonl", std::ios::app) << "{\"type\": \"step\", \"st";
+  std::ofstream(dir / "steps" / "notes.txt") << "not a rank\n";
+  auto all = read_step_logs(dir.string());
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].rank, 1);
+  ASSERT_TRUE(all[0].has_header);
+  EXPECT_EQ(all[0].header.clock_offset_us, -42);
+  EXPECT_EQ(all[0].header.algorithm, "ring");
+  ASSERT_EQ(all[0].steps.size(), 1000u);
+  EXPECT_EQ(all[0].steps[999].step, 1000);
+  EXPECT_DOUBLE_EQ(all[0].steps[0].busy_s(), 0.003);
+  EXPECT_EQ(all[0].bad_lines, 1u);  // the line cut off by a crash
+  fs::remove_all(dir);
+}
+
+TEST(LogMerge, MergesInTimeOrderKeepsContinuationsAndFiltersByRank) {
+  auto dir = fresh_dir("logs");
+  fs::create_directories(dir / "logs");
+  std::ofstream(dir / "logs" / "launcher.log")
+      << "2026-11-30T09:00:00.000 I [-] job 'x': 2 workers\n"
+      << "2026-11-30T09:00:02.000 I [-] job completed\n";
+  std::ofstream(dir / "logs" / "rank-0.log")
+      << "2026-11-30T09:00:00.500 I [-] joined job 'x' as rank 0 of 2\n"
+      << "2026-11-30T09:00:01.000 I [r0 e0 s3] step three\n";
+  std::ofstream(dir / "logs" / "rank-1.log")
+      << "2026-11-30T09:00:00.700 E [r1 e0 s2] failed\n"
+      << "  a continuation line\n"
+      << "2026-11-30T09:00:01.000 I [r1 e0 s3] same time as rank 0\n";
+  auto all = merge_logs(dir.string());
+  ASSERT_EQ(all.size(), 7u);
+  EXPECT_EQ(all[0], "2026-11-30T09:00:00.000 I [-] job 'x': 2 workers");
+  EXPECT_EQ(all[1], "2026-11-30T09:00:00.500 I [r0] joined job 'x' as rank 0 of 2");
+  EXPECT_EQ(all[2], "2026-11-30T09:00:00.700 E [r1 e0 s2] failed");
+  EXPECT_EQ(all[3], "  a continuation line");
+  EXPECT_EQ(all[4], "2026-11-30T09:00:01.000 I [r0 e0 s3] step three");
+  EXPECT_EQ(all[5], "2026-11-30T09:00:01.000 I [r1 e0 s3] same time as rank 0");
+  EXPECT_EQ(all[6], "2026-11-30T09:00:02.000 I [-] job completed");
+  auto one = merge_logs(dir.string(), 1);
+  ASSERT_EQ(one.size(), 3u);
+  EXPECT_EQ(one[1], "  a continuation line");
+  EXPECT_TRUE(is_run_dir(dir.string()));
+  EXPECT_FALSE(is_run_dir((dir / "logs").string()));
+  EXPECT_THROW(merge_logs(dir.string(), 5), Error);
+  EXPECT_THROW(merge_logs((dir / "logs").string()), Error);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace cohort::trace
