@@ -194,6 +194,11 @@ TEST(StepLog, WritesHeaderAndStepsAndReadsThemBack) {
   }
   std::ofstream(dir / "steps" / "rank-1.jsonl", std::ios::app) << "{\"type\": \"step\", \"st";
   std::ofstream(dir / "steps" / "notes.txt") << "not a rank\n";
+  std::ofstream(dir / "steps" / "rank-x.jsonl") << "not a rank\n";
+  std::ofstream(dir / "steps" / "rank-.jsonl") << "not a rank\n";
+  EXPECT_EQ(rank_of_file("rank-12.log", ".log"), 12);
+  EXPECT_EQ(rank_of_file("rank-12.log", ".jsonl"), std::nullopt);
+  EXPECT_EQ(rank_of_file("rank-1a.log", ".log"), std::nullopt);
   auto all = read_step_logs(dir.string());
   ASSERT_EQ(all.size(), 1u);
   EXPECT_EQ(all[0].rank, 1);

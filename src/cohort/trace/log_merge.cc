@@ -3,9 +3,10 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <regex>
+#include <string_view>
 
 #include "cohort/base/error.h"
+#include "cohort/trace/step_log.h"
 
 namespace cohort::trace {
 
@@ -20,10 +21,15 @@ struct Line {
   std::string text;
 };
 
+// Whether the line starts with "YYYY-MM-DDTHH:MM:SS.mmm ".
 bool has_time(const std::string& s) {
-  // YYYY-MM-DDTHH:MM:SS.mmm
-  static const std::regex time(R"(^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3} )");
-  return s.size() > 24 && std::regex_search(s.begin(), s.begin() + 24, time);
+  static constexpr std::string_view kShape = "dddd-dd-ddTdd:dd:dd.ddd ";
+  if (s.size() <= kShape.size()) return false;
+  for (size_t i = 0; i < kShape.size(); ++i) {
+    const bool digit = s[i] >= '0' && s[i] <= '9';
+    if (kShape[i] == 'd' ? !digit : s[i] != kShape[i]) return false;
+  }
+  return true;
 }
 
 void read_lines(const fs::path& path, int source, std::vector<Line>& out) {
@@ -57,19 +63,16 @@ std::vector<std::string> merge_logs(const std::string& run_dir, std::optional<in
   if (!fs::is_directory(dir))
     throw Error(run_dir + " has no logs/ directory (not a run directory)");
   std::vector<Line> lines;
-  static const std::regex name(R"(rank-(\d+)\.log)");
   bool found = false;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string f = e.path().filename().string();
-    std::smatch m;
     if (f == "launcher.log") {
       if (rank) continue;
       read_lines(e.path(), -1, lines);
-    } else if (std::regex_match(f, m, name)) {
-      const int r = std::stoi(m[1].str());
-      if (rank && *rank != r) continue;
+    } else if (auto r = rank_of_file(f, ".log")) {
+      if (rank && *rank != *r) continue;
       found = true;
-      read_lines(e.path(), r, lines);
+      read_lines(e.path(), *r, lines);
     }
   }
   if (rank && !found) {

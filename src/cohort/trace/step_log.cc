@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <regex>
 
 #include "cohort/base/error.h"
 
@@ -141,16 +140,30 @@ RankSteps read_step_log(const std::string& path, int rank) {
   return r;
 }
 
+std::optional<int> rank_of_file(std::string_view name, std::string_view suffix) {
+  constexpr std::string_view kPrefix = "rank-";
+  if (name.size() <= kPrefix.size() + suffix.size() || !name.starts_with(kPrefix) ||
+      !name.ends_with(suffix)) {
+    return std::nullopt;
+  }
+  const std::string_view digits =
+      name.substr(kPrefix.size(), name.size() - kPrefix.size() - suffix.size());
+  if (digits.size() > 9) return std::nullopt;
+  int n = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + (c - '0');
+  }
+  return n;
+}
+
 std::vector<RankSteps> read_step_logs(const std::string& run_dir) {
   std::vector<RankSteps> out;
   const fs::path dir = fs::path(run_dir) / "steps";
   if (!fs::is_directory(dir)) return out;
-  static const std::regex name(R"(rank-(\d+)\.jsonl)");
   for (const auto& e : fs::directory_iterator(dir)) {
-    std::smatch m;
-    const std::string f = e.path().filename().string();
-    if (!std::regex_match(f, m, name)) continue;
-    out.push_back(read_step_log(e.path().string(), std::stoi(m[1].str())));
+    auto rank = rank_of_file(e.path().filename().string(), ".jsonl");
+    if (rank) out.push_back(read_step_log(e.path().string(), *rank));
   }
   std::sort(out.begin(), out.end(),
             [](const RankSteps& a, const RankSteps& b) { return a.rank < b.rank; });

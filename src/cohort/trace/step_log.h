@@ -17,7 +17,9 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -91,6 +93,9 @@ struct RankSteps {
   size_t bad_lines = 0;
 };
 RankSteps read_step_log(const std::string& path, int rank);
+// N of a file named "rank-N<suffix>" (rank-3.jsonl, rank-3.log); nullopt for any other name.
+std::optional<int> rank_of_file(std::string_view name, std::string_view suffix);
+
 // Every <run_dir>/steps/rank-N.jsonl, by rank.
 std::vector<RankSteps> read_step_logs(const std::string& run_dir);
 
