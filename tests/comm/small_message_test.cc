@@ -173,6 +173,34 @@ class ThreadObserver final : public CollectiveObserver {
   std::map<uint64_t, std::thread::id> threads_;
 };
 
+TEST(WaitingThread, AfterManyOperationsWaitedOnAtOnceOneNobodyWaitsForStillStartsSoon) {
+  // Operations waited on at once let the hand-off delay grow to its longest; one nobody waits
+  // for is then taken by the communication thread within that, and the next one within the
+  // shortest delay again.
+  World world(2, [](CommConfig& c) {
+    c.hand_off_delay = std::chrono::microseconds(500);
+    c.hand_off_delay_max = milliseconds(40);
+  });
+  world.run([&](int r, Communicator& comm) {
+    std::vector<float> buf(16, 0.0f);
+    for (int k = 0; k < 300; ++k) {
+      buf[0] = static_cast<float>(r + 1);
+      comm.allreduce(Buffer{DType::F32, buf.data(), buf.size()}, {})->wait();
+      ASSERT_EQ(buf[0], 3.0f);
+    }
+    for (int k = 0; k < 2; ++k) {
+      buf[0] = static_cast<float>(r + 1);
+      auto w = comm.allreduce(Buffer{DType::F32, buf.data(), buf.size()}, {});
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!w->is_completed() && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(milliseconds(1));
+      }
+      ASSERT_TRUE(w->is_completed()) << "unwaited allreduce " << k;
+      EXPECT_EQ(buf[0], 3.0f);
+    }
+  });
+}
+
 TEST(WaitingThread, ASmallOperationIsRunByTheThreadThatWaitsForIt) {
   // A delay long enough that the communication thread never takes the operation first.
   World world(2, [](CommConfig& c) { c.hand_off_delay = std::chrono::seconds(10); });

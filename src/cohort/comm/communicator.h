@@ -55,14 +55,20 @@ struct CommConfig {
   // issue different collectives fail with CollectiveMismatchError naming both sides, before any
   // data moves. Costs one small message to every peer per collective; for debugging.
   bool check_collectives = false;
-  // Operations of at most `hand_off_bytes` wait up to `hand_off_delay` for the thread that waits
+  // Operations of at most `hand_off_bytes` wait up to a hand-off delay for the thread that waits
   // on them to run them (Work::wait) before the communication thread takes them. A small
   // operation is latency-bound: handing it to another thread and waking the caller afterwards
-  // costs two thread wake-ups, more than its transfer; a caller that does not wait at once still
-  // sees it start within the delay. Zero delay: the communication thread takes every operation
-  // at once.
+  // costs two thread wake-ups, more than its transfer. The delay adapts: it starts at
+  // `hand_off_delay`; each time the communication thread wakes for operations whose callers had
+  // already run them it doubles, up to `hand_off_delay_max`; an operation the communication
+  // thread does take (its caller did not wait in time) brings it back to `hand_off_delay`. So
+  // callers that wait at once cost that thread a wake-up only every few milliseconds, and a caller
+  // that does not sees its operation start within `hand_off_delay_max` at worst, within
+  // `hand_off_delay` while it keeps not waiting. Zero delay: the communication thread takes every
+  // operation at once.
   size_t hand_off_bytes = 64 << 10;
   std::chrono::microseconds hand_off_delay{200};
+  std::chrono::microseconds hand_off_delay_max{3200};
 };
 
 // Totals since the communicator was created (all ranks' own view).

@@ -96,7 +96,9 @@ TcpCommunicator::TcpCommunicator(store::Store& store, const CommConfig& config, 
       recorder_(config.flight_recorder
                     ? config.flight_recorder
                     : std::make_shared<FlightRecorder>(config.rank, config.flight_recorder_entries)),
-      runner_(std::make_shared<Runner>(this)) {
+      runner_(std::make_shared<Runner>(this)),
+      hand_off_delay_(config.hand_off_delay),
+      hand_off_delay_max_(std::max(config.hand_off_delay, config.hand_off_delay_max)) {
   recorder_->restart();
   thread_ = std::thread([this] { loop(); });
 }
@@ -113,7 +115,7 @@ TcpCommunicator::~TcpCommunicator() {
     std::lock_guard lk(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  alarm_.ring();
   thread_.join();
 }
 
@@ -139,7 +141,6 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype, size_t 
   op.timeout = timeout.count() > 0 ? timeout : config_.timeout;
   op.body = std::move(body);
   const bool deferred = bytes <= config_.hand_off_bytes && config_.hand_off_delay.count() > 0;
-  if (deferred) op.hand_off_at = Clock::now() + config_.hand_off_delay;
   std::exception_ptr fatal;
   std::shared_ptr<Work> work;
   bool wake = false;
@@ -164,9 +165,19 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype, size_t 
       if (!deferred) {
         for (Op& q : queue_) q.hand_off_at = {};
       }
+      const bool first = queue_.empty() && !in_flight_;
+      const Clock::time_point at = deferred ? Clock::now() + hand_off_delay_ : Clock::time_point{};
+      op.hand_off_at = at;
       queue_.push_back(std::move(op));
-      // A thread sleeping on a timer for an earlier operation comes back for this one anyway.
-      wake = !deferred || thread_asleep_;
+      if (sleeping_) {
+        if (!deferred) {
+          wake = true;
+        } else if (first) {
+          // Otherwise the thread already has an earlier time set, or is woken when the
+          // operation in flight on a waiting thread ends (run_until).
+          alarm_.set_by(at);
+        }
+      }
     }
   }
   if (fatal) {
@@ -174,7 +185,7 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype, size_t 
     work->fail(fatal);
     return work;
   }
-  if (wake) cv_.notify_one();
+  if (wake) alarm_.ring();
   return work;
 }
 
@@ -344,7 +355,7 @@ void TcpCommunicator::abort(const std::string& reason) {
     if (op.id.kind != OpKind::PointToPoint) recorder_->on_finished(op.id.seq, false);
     op.work->fail(std::make_exception_ptr(AbortedError(what_of(op) + " aborted: " + reason)));
   }
-  cv_.notify_all();
+  alarm_.ring();
 }
 
 CommStats TcpCommunicator::stats() const {
@@ -362,15 +373,25 @@ void TcpCommunicator::loop() {
         if (queue_.empty() && stop_) return;
         // An operation may be in flight on a waiting thread (run_until); the next one waits for
         // it. A small one is left to its waiting thread until its hand-off time.
-        if (queue_.empty() || in_flight_) {
-          thread_asleep_ = true;
-          cv_.wait(lk);
-          thread_asleep_ = false;
-          continue;
+        if (!queue_.empty() && !in_flight_) {
+          const Clock::time_point at = queue_.front().hand_off_at;
+          if (stop_ || at <= Clock::now()) break;
+          alarm_.set_by(at);
         }
-        const Clock::time_point at = queue_.front().hand_off_at;
-        if (stop_ || at <= Clock::now()) break;
-        cv_.wait_until(lk, at);
+        sleeping_ = true;
+        lk.unlock();
+        alarm_.sleep();
+        lk.lock();
+        sleeping_ = false;
+        // Woken for operations that their callers ran in the meantime: they wait at once, so
+        // this thread need not come back as soon.
+        if (queue_.empty() && !stop_) {
+          hand_off_delay_ = std::min<Clock::duration>(2 * hand_off_delay_, hand_off_delay_max_);
+        }
+      }
+      // Taken after its hand-off time: its caller does not wait at once.
+      if (queue_.front().hand_off_at != Clock::time_point{}) {
+        hand_off_delay_ = config_.hand_off_delay;
       }
       op = std::move(queue_.front());
       queue_.pop_front();
@@ -403,9 +424,9 @@ void TcpCommunicator::run_until(const Work& work, std::chrono::milliseconds limi
     {
       std::lock_guard lk(mu_);
       in_flight_ = false;
-      more = !queue_.empty();
+      more = !queue_.empty() && sleeping_;
     }
-    if (more) cv_.notify_one();  // the communication thread may be waiting for in_flight_ to clear
+    if (more) alarm_.ring();  // the communication thread may be waiting for in_flight_ to clear
     if (op.work.get() == &work) return;
   }
 }

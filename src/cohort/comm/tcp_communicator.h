@@ -5,16 +5,18 @@
 // thread runs it. The communication thread leaves a small operation to its waiting thread for
 // CommConfig::hand_off_delay, so that a small collective waited on at once runs on its caller's
 // thread with no thread wake-up on its path; a large one it starts at once, to overlap with
-// whatever the caller does next.
+// whatever the caller does next. The communication thread sleeps on an Alarm: a small operation
+// queued while it sleeps only sets the alarm to its hand-off time (a timer, no wake-up), so a
+// caller that runs the operation itself costs that thread nothing.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <mutex>
 #include <thread>
 
+#include "cohort/base/alarm.h"
 #include "cohort/comm/algorithms.h"
 #include "cohort/comm/communicator.h"
 #include "cohort/comm/mesh.h"
@@ -93,17 +95,19 @@ class TcpCommunicator final : public Communicator {
   std::shared_ptr<FlightRecorder> recorder_;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  Alarm alarm_;  // the communication thread sleeps on it
   std::deque<Op> queue_;
   bool stop_ = false;
   bool in_flight_ = false;
-  bool thread_asleep_ = false;  // the communication thread waits without a timeout
+  bool sleeping_ = false;  // the communication thread sleeps on alarm_
   bool aborted_ = false;
   std::string abort_reason_;
   std::exception_ptr fatal_;  // set once: every later operation fails with it
   uint64_t next_seq_ = 1;
   uint64_t next_p2p_ = 1;
   std::shared_ptr<Runner> runner_;  // handed to every Work; outlives this communicator
+  Clock::duration hand_off_delay_;  // now (CommConfig::hand_off_delay adapts); under mu_
+  const Clock::duration hand_off_delay_max_;
   std::thread thread_;
 };
 
