@@ -38,7 +38,8 @@ bench-compare: build
 
 # Time to accuracy on the emulated bandwidth-limited cluster (scripts/netcluster.sh, needs root):
 # Cohort's gradient compressions against PyTorch DDP; writes its section of BENCHMARKS.md. The
-# default is the 100 Mbit/s, 2-worker row (~25 min on 2 idle CPUs); BENCH_RATES, BENCH_WORKERS pick others.
+# default is the 100 Mbit/s, 2-worker row (~25 min on 2 idle CPUs); BENCH_RATES, BENCH_WORKERS,
+# BENCH_BATCH pick others (BENCH_KEEP=1 adds them to the rows already in BENCHMARKS.md).
 bench-compression: build
 	scripts/bench-compression.sh
 

@@ -22,7 +22,9 @@
 # each row, in this order: "pytorch:none cohort:topk cohort:powersgd cohort:int8 cohort:none
 # pytorch:fp16 cohort:fp16"; cohort:CODEC is any comm.compression), BENCH_TARGET (0.85),
 # BENCH_EVAL_EVERY (50), BENCH_CAP_S (600), BENCH_EPOCHS (epochs allowed, 3), BENCH_BUILD_DIR
-# (build/release), BENCH_OUTPUT (BENCHMARKS.md), BENCH_SKIP_BUILD=1. One row (rate x workers) is
+# (build/release), BENCH_OUTPUT (BENCHMARKS.md), BENCH_SKIP_BUILD=1, BENCH_BATCH (per-worker
+# batch size, 64) and BENCH_LR (0.05) for both systems, BENCH_KEEP=1 (keep the results of earlier
+# runs with other rates, worker counts or batch sizes in the section). One row (rate x workers) is
 # 7 configurations of about 3 minutes each on 2 idle CPUs, BENCH_CAP_S at most: the default is
 # the 100 Mbit/s, 2-worker row (the issue's target). The whole matrix,
 # BENCH_RATES="100mbit 1gbit" BENCH_WORKERS="2 4", takes four times as long.
@@ -38,6 +40,8 @@ TARGET=${BENCH_TARGET:-0.85}
 EVAL_EVERY=${BENCH_EVAL_EVERY:-50}
 CAP_S=${BENCH_CAP_S:-600}
 EPOCHS=${BENCH_EPOCHS:-3}
+BATCH=${BENCH_BATCH:-64}
+LR=${BENCH_LR:-0.05}
 OUTPUT=${BENCH_OUTPUT:-$ROOT/BENCHMARKS.md}
 NC=$ROOT/scripts/netcluster.sh
 PY=/usr/bin/python3
@@ -46,7 +50,19 @@ RESULTS=$OUT/results.jsonl
 
 ((EUID == 0)) || { echo "bench-compression: needs root (network namespaces)" >&2; exit 2; }
 mkdir -p "$OUT"
-: >"$RESULTS"
+if [[ ${BENCH_KEEP:-0} == 1 && -f $RESULTS ]]; then
+  # Results of this run replace earlier ones of the same rate, workers and batch size.
+  "$PY" - "$RESULTS" "$RATES" "$WORKERS" "$BATCH" <<'PY'
+import json, sys
+path, rates, workers, batch = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), int(sys.argv[4])
+rows = [json.loads(l) for l in open(path) if l.strip()]
+keep = [r for r in rows if not (r["rate"] in rates and str(r["workers"]) in workers
+                                and r.get("batch", 64) == batch)]
+open(path, "w").write("".join(json.dumps(r) + "\n" for r in keep))
+PY
+else
+  : >"$RESULTS"
+fi
 if [[ ${BENCH_SKIP_BUILD:-0} != 1 ]]; then cmake --build "$BUILD" --target cohort >/dev/null; fi
 COHORT=$BUILD/cohort
 TOKEN=$OUT/token
@@ -68,7 +84,7 @@ tx_bytes() {  # N -> the tx counters of workers 0..N-1, space-separated
 }
 
 run_cohort() {  # RATE N CODEC
-  local rate=$1 n=$2 codec=$3 dir=$OUT/cohort-$1-$2-$3 coord r pids=()
+  local rate=$1 n=$2 codec=$3 dir=$OUT/cohort-$1-$2-$BATCH-$3 coord r pids=()
   rm -rf "$dir"
   mkdir -p "$dir"
   coord=$("$NC" addr c)
@@ -80,7 +96,8 @@ run_cohort() {  # RATE N CODEC
     --external-workers --bind "$coord" --port "$port" --token-file "$TOKEN" --run-dir "$dir/run" \
     --set workers="$n" --set threads_per_worker=1 --set train.epochs="$EPOCHS" \
     --set train.eval_every_steps="$EVAL_EVERY" --set train.stop_at_accuracy="$TARGET" \
-    --set comm.compression="$codec" --set checkpoint.every_steps=0 >"$dir/launcher.txt" 2>&1 &
+    --set comm.compression="$codec" --set checkpoint.every_steps=0 --set train.batch_size="$BATCH" \
+    --set train.optimizer.lr="$LR" >"$dir/launcher.txt" 2>&1 &
   pids+=($!)
   for ((r = 0; r < n; r++)); do
     "$NC" exec "$CLUSTER" "$r" timeout -s KILL "$CAP_S" "$COHORT" worker --join "$coord:$port" \
@@ -88,10 +105,11 @@ run_cohort() {  # RATE N CODEC
     pids+=($!)
   done
   wait "${pids[@]}" || true
-  "$PY" - "$dir" "$rate" "$n" "$codec" "$before" "$(tx_bytes "$n")" "$load" "$TARGET" \
-    >>"$RESULTS" <<'PY'
+  "$PY" - "$dir" "$rate" "$n" "$codec" "$before" "$(tx_bytes "$n")" "$load" "$TARGET" "$BATCH" \
+    "$LR" >>"$RESULTS" <<'PY'
 import json, os, sys
-d, rate, n, codec, before, after, load, target = sys.argv[1:9]
+import time
+d, rate, n, codec, before, after, load, target, batch, lr = sys.argv[1:11]
 n, target = int(n), float(target)
 tx = [int(b) - int(a) for a, b in zip(before.split(), after.split())]
 metrics = []
@@ -115,13 +133,14 @@ print(json.dumps({
     (evals[-1]["train_seconds"] if evals else None), "step": hit["step"] if hit else steps,
     "best_accuracy": max([m["test_accuracy"] for m in evals], default=None),
     "steps": steps, "link_bytes_per_step": sum(tx) / n / max(steps, 1),
-    "own_bytes_per_step": own, "load": float(load),
+    "own_bytes_per_step": own, "load": float(load), "batch": int(batch), "lr": float(lr),
+    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     "status": summary["status"] if summary else "stopped at the cap"}))
 PY
 }
 
 run_torch() {  # RATE N HOOK
-  local rate=$1 n=$2 hook=$3 dir=$OUT/pytorch-$1-$2-$3 r pids=() master
+  local rate=$1 n=$2 hook=$3 dir=$OUT/pytorch-$1-$2-$BATCH-$3 r pids=() master
   rm -rf "$dir"
   mkdir -p "$dir"
   master=$("$NC" addr 0)
@@ -134,16 +153,17 @@ run_torch() {  # RATE N HOOK
     "$NC" exec "$CLUSTER" "$r" env RANK="$r" WORLD_SIZE="$n" MASTER_ADDR="$master" \
       MASTER_PORT="$port" GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
       timeout -s KILL "$CAP_S" "$PY" "$ROOT/bench/pytorch_ddp.py" --model cnn --epochs "$EPOCHS" \
-      --batch-size 64 --lr 0.05 --momentum 0.9 --seed 0 --threads 1 \
+      --batch-size "$BATCH" --lr "$LR" --momentum 0.9 --seed 0 --threads 1 \
       --eval-every-steps "$EVAL_EVERY" --stop-at-accuracy "$TARGET" \
       "${extra[@]}" >"$dir/rank-$r.txt" 2>&1 &
     pids+=($!)
   done
   wait "${pids[@]}" || true
-  "$PY" - "$dir" "$rate" "$n" "$hook" "$before" "$(tx_bytes "$n")" "$load" "$TARGET" \
-    >>"$RESULTS" <<'PY'
+  "$PY" - "$dir" "$rate" "$n" "$hook" "$before" "$(tx_bytes "$n")" "$load" "$TARGET" "$BATCH" \
+    "$LR" >>"$RESULTS" <<'PY'
 import json, sys
-d, rate, n, hook, before, after, load, target = sys.argv[1:9]
+import time
+d, rate, n, hook, before, after, load, target, batch, lr = sys.argv[1:11]
 n, target = int(n), float(target)
 tx = [int(b) - int(a) for a, b in zip(before.split(), after.split())]
 lines = []
@@ -163,7 +183,8 @@ print(json.dumps({
     (evals[-1]["train_seconds"] if evals else None), "step": hit["step"] if hit else steps,
     "best_accuracy": max([m["test_accuracy"] for m in evals], default=None),
     "steps": steps, "link_bytes_per_step": sum(tx) / n / max(steps, 1),
-    "own_bytes_per_step": None, "load": float(load),
+    "own_bytes_per_step": None, "load": float(load), "batch": int(batch), "lr": float(lr),
+    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     "status": "completed" if final else "stopped at the cap"}))
 PY
 }
@@ -189,8 +210,8 @@ lines = [BEGIN, "## Gradient compression on a bandwidth-limited network: Cohort 
              time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), elapsed, load_before, load_after), "",
          "Each worker in its own network namespace on the emulated cluster (`scripts/netcluster.sh`): "
          "a bridge, one veth link per worker, limited to the rate in both directions with tc tbf. "
-         "The CNN on Fashion-MNIST, SGD lr 0.05 momentum 0.9, batch 64 per worker, one thread per "
-         "worker; PyTorch DDP is torch.distributed with Gloo (Debian's python3-torch 1.13, "
+         "The CNN on Fashion-MNIST, SGD momentum 0.9 with the learning rate and per-worker batch "
+         "size of each table's title (the same for both systems), one thread per worker; PyTorch DDP is torch.distributed with Gloo (Debian's python3-torch 1.13, "
          "`bench/pytorch_ddp.py`), its fp16 row uses `fp16_compress_hook`. Both evaluate on the "
          "whole test set every %s steps and stop at the first evaluation with test accuracy ≥ %s. "
          "*time to %s* = training time until that evaluation, evaluations excluded (*s/step* = that "
@@ -201,13 +222,24 @@ lines = [BEGIN, "## Gradient compression on a bandwidth-limited network: Cohort 
          "steps trained, mean over workers; *Cohort's count* = summary.json `comm_bytes` / steps. "
          "*load* = 1-minute load average when the configuration started (2 CPUs)." % (
              every, target, target, cap), ""]
-for (rate, n) in sorted({(r["rate"], r["workers"]) for r in rows},
-                        key=lambda k: (k[0].endswith("gbit"), int("".join(c for c in k[0] if c.isdigit())), k[1])):
+for r in rows:
+    r.setdefault("batch", 64)
+    r.setdefault("lr", 0.05)
+for (rate, n, batch, lr) in sorted({(r["rate"], r["workers"], r["batch"], r["lr"]) for r in rows},
+                                   key=lambda k: (k[0].endswith("gbit"),
+                                                  int("".join(c for c in k[0] if c.isdigit())),
+                                                  k[1], -k[2], k[3])):
     order = ["none", "fp16", "bf16", "int8", "topk", "powersgd"]
-    sel = sorted([r for r in rows if r["rate"] == rate and r["workers"] == n],
+    sel = sorted([r for r in rows if r["rate"] == rate and r["workers"] == n
+                  and r["batch"] == batch and r["lr"] == lr],
                  key=lambda r: (r["system"] == "cohort", order.index(r["compression"])))
     base = next((r for r in sel if r["system"] == "pytorch-ddp" and r["compression"] == "none"), None)
-    lines += ["### %s per link, %d workers" % (rate, n), "",
+    dates = sorted(r["date"] for r in sel if "date" in r)
+    lines += ["### %s per link, %d workers, batch %d per worker, lr %g" % (rate, n, batch, lr), ""]
+    if dates:
+        lines += ["Measured %s." % (dates[0] if dates[0] == dates[-1] else
+                                    "%s to %s" % (dates[0], dates[-1])), ""]
+    lines += [
               "| system | compression | time to %s (s) | at step | s/step | best accuracy | "
               "link bytes/step | Cohort's count | load | PyTorch DDP's time / this | "
               "PyTorch DDP's bytes / this |" % target,
@@ -241,9 +273,9 @@ for (rate, n) in sorted({(r["rate"], r["workers"]) for r in rows},
         else:
             met_t, text_t = None, "PyTorch DDP did not reach %s within the cap" % target
         bratio = base["link_bytes_per_step"] / best["link_bytes_per_step"]
-        lines += ["", "Target (100 Mbit/s): Cohort's best codec (%s) reaches %s ≥ 3× sooner than "
+        lines += ["", "Target (100 Mbit/s, batch %d): Cohort's best codec (%s) reaches %s ≥ 3× sooner than "
                   "PyTorch DDP uncompressed: %s (%s); and sends ≥ 4× fewer bytes per step: "
-                  "%.2f× (%s)." % (best["compression"], target, text_t,
+                  "%.2f× (%s)." % (batch, best["compression"], target, text_t,
                                    "met" if met_t else ("not met" if met_t is False else "see text"),
                                    bratio, "met" if bratio >= 4 else "not met")]
     lines.append("")
