@@ -34,7 +34,7 @@ for model in $MODELS; do
     OMP_NUM_THREADS=1 /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node "$n" \
       --redirects 1 --tee 1 "$ROOT/bench/pytorch_ddp.py" --model "$model" --epochs "$EPOCHS" \
       --batch-size 64 --lr 0.05 --momentum 0.9 --seed 0 --threads 1 2>/dev/null |
-      sed -n 's/^\[default0\]://p' | grep '^{' >>"$RESULTS"
+      sed -n 's/^\[default0\]://p' | grep '^{"library"' >>"$RESULTS"
     echo "bench-training: $model, $n worker(s): Cohort"
     run_dir=$OUT/cohort-$model-$n
     rm -rf "$run_dir"
@@ -58,7 +58,7 @@ load_after=$(uptime | sed 's/.*load average: //')
 import json, os, subprocess, sys, time
 results, output, elapsed, load_before, load_after = sys.argv[1:6]
 BEGIN, END = "<!-- training:begin -->", "<!-- training:end -->"
-rows = [json.loads(l) for l in open(results) if l.strip()]
+rows = [r for r in (json.loads(l) for l in open(results) if l.strip()) if "library" in r]
 by = {(r["library"], r["model"], r["workers"]): r for r in rows}
 models = sorted({r["model"] for r in rows}, key=lambda m: ["mlp", "cnn", "resnet"].index(m))
 workers = sorted({r["workers"] for r in rows})
