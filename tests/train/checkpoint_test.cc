@@ -154,6 +154,28 @@ TEST_F(Checkpoints, TruncatedFileIsDetected) {
             path.string() + ": truncated: 20 bytes, shorter than the 56-byte header");
 }
 
+TEST_F(Checkpoints, ALayoutLoadsIntoTheOther) {
+  // A channels-last cnn's checkpoint loads into a contiguous one and back, weights unchanged.
+  ModelPtr nhwc = make_model({.name = ModelKind::Cnn}, kMnist, 4);
+  auto opt = make_optimizer({.name = OptimizerKind::Sgd, .lr = 0.01}, nhwc->parameters());
+  train_steps(*nhwc, *opt, 1, 4);
+  const fs::path path = dir_ / "cnn.cohort";
+  save_checkpoint(path, {.step = 1, .epoch = 0, .consumed = 4, .job = "t"}, *nhwc, nullptr);
+  ModelPtr nchw =
+      make_model({.name = ModelKind::Cnn, .memory_format = MemoryFormat::Contiguous}, kMnist, 9);
+  load_checkpoint(path, *nchw, nullptr);
+  expect_same_state(*nhwc, *nchw);
+  save_checkpoint(path, {.step = 1, .epoch = 0, .consumed = 4, .job = "t"}, *nchw, nullptr);
+  ModelPtr again = make_model({.name = ModelKind::Cnn}, kMnist, 9);
+  load_checkpoint(path, *again, nullptr);
+  expect_same_state(*nhwc, *again);
+  for (const auto& p : again->parameters()) {
+    if (p.dim() == 4) {
+      EXPECT_TRUE(p.is_contiguous(torch::MemoryFormat::ChannelsLast));  // still its own layout
+    }
+  }
+}
+
 TEST_F(Checkpoints, AnotherModelDoesNotFit) {
   const fs::path path = dir_ / "mlp.cohort";
   make_checkpoint(path);  // an mlp for 28x28 images

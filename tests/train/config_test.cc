@@ -51,6 +51,7 @@ checkpoint: {every_steps: 250, keep: 2}
   EXPECT_EQ(c.name, "fashion-cnn");
   EXPECT_EQ(c.workers, 2);
   EXPECT_EQ(c.model.name, ModelKind::Cnn);
+  EXPECT_EQ(c.model.memory_format, MemoryFormat::Auto);
   EXPECT_EQ(c.data.name, DatasetKind::FashionMnist);
   EXPECT_EQ(c.train.epochs, 3);
   EXPECT_EQ(c.train.batch_size, 32);
@@ -221,6 +222,12 @@ TEST(JobConfigErrors, UnknownKeysSuggestTheClosestOne) {
   EXPECT_EQ(error_of("model: {name: resnt}"),
             "job.yaml:1:15: model.name: expected one of mlp, cnn, resnet, got \"resnt\"; did you "
             "mean 'resnet'?");
+  EXPECT_EQ(error_of("model: {name: cnn, memory_format: nhwc}"),
+            "job.yaml:1:35: model.memory_format: expected one of auto, channels_last, contiguous, "
+            "got \"nhwc\"");
+  EXPECT_EQ(parse_job_config("model: {name: cnn, memory_format: contiguous}", "job.yaml")
+                .model.memory_format,
+            MemoryFormat::Contiguous);
   EXPECT_EQ(error_of("workers: 1\nworkers: 2\n"), "job.yaml:2:1: workers: duplicate key");
 }
 

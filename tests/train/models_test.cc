@@ -51,6 +51,49 @@ TEST_F(Models, CnnHasTheDocumentedLayers) {
   EXPECT_EQ(rgb->forward(torch::zeros({1, 3, 32, 32})).sizes(), (std::vector<int64_t>{1, 5}));
 }
 
+TEST_F(Models, ConvolutionalModelsRunChannelsLastUnlessToldOtherwise) {
+  torch::manual_seed(1);
+  const torch::Tensor x = torch::rand({8, 1, 28, 28});
+  for (ModelKind kind : {ModelKind::Cnn, ModelKind::ResNet}) {
+    ModelPtr fast = make_model({.name = kind}, kMnist, 5);
+    ModelPtr plain =
+        make_model({.name = kind, .memory_format = MemoryFormat::Contiguous}, kMnist, 5);
+    EXPECT_EQ(fast->memory_format(), MemoryFormat::ChannelsLast) << model_kind_name(kind);
+    EXPECT_EQ(plain->memory_format(), MemoryFormat::Contiguous) << model_kind_name(kind);
+    // The same weights in another layout.
+    EXPECT_TRUE(same_parameters(*fast, *plain)) << model_kind_name(kind);
+    // Every 4-D weight has channels-last strides, also those whose layout is ambiguous (one
+    // input channel, a 1x1 kernel): libtorch picks a convolution's layout from its strides.
+    for (const auto& p : fast->parameters()) {
+      if (p.dim() != 4) continue;
+      EXPECT_EQ(p.suggest_memory_format(), torch::MemoryFormat::ChannelsLast)
+          << model_kind_name(kind) << " " << p.sizes();
+    }
+    // The same function, up to the rounding of another order of summation; and gradients that
+    // keep the parameters' layout.
+    auto y_fast = fast->forward(x), y_plain = plain->forward(x);
+    EXPECT_TRUE(torch::allclose(y_fast, y_plain, 1e-4, 1e-5)) << model_kind_name(kind);
+    if (kind == ModelKind::Cnn) {
+      // The first convolution (one input channel) already runs channels-last.
+      torch::nn::Conv2dImpl* first = nullptr;
+      for (const auto& m : fast->modules(false)) {
+        if ((first = m->as<torch::nn::Conv2d>())) break;
+      }
+      ASSERT_NE(first, nullptr);
+      EXPECT_EQ(first->forward(fast->in_layout(x)).suggest_memory_format(),
+                torch::MemoryFormat::ChannelsLast);
+    }
+    y_fast.sum().backward();
+    for (const auto& p : fast->parameters()) {
+      if (p.dim() == 4) {
+        EXPECT_TRUE(p.grad().is_contiguous(torch::MemoryFormat::ChannelsLast));
+      }
+    }
+  }
+  ModelPtr mlp = make_model({.name = ModelKind::Mlp}, kMnist, 5);
+  EXPECT_EQ(mlp->memory_format(), MemoryFormat::Contiguous);
+}
+
 TEST_F(Models, ResNetHasThreeStagesWithBatchNorm) {
   ModelPtr m = make_model({.name = ModelKind::ResNet}, kMnist, 0);
   int convs = 0, norms = 0;

@@ -25,7 +25,7 @@ const Schema& schema() {
       {"",
        {"name", "workers", "threads_per_worker", "model", "data", "train", "comm", "checkpoint",
         "elastic", "dashboard", "faults", "debug", "trace"}},
-      {"model", {"name"}},
+      {"model", {"name", "memory_format"}},
       {"data", {"name", "path", "samples", "shape", "classes"}},
       {"train",
        {"epochs", "max_steps", "batch_size", "seed", "log_every_steps", "drop_last",
@@ -68,6 +68,8 @@ E parse_enum(const std::string& s, std::initializer_list<E> all, std::string_vie
 }
 
 constexpr auto kModels = {ModelKind::Mlp, ModelKind::Cnn, ModelKind::ResNet};
+constexpr auto kMemoryFormats = {MemoryFormat::Auto, MemoryFormat::ChannelsLast,
+                                 MemoryFormat::Contiguous};
 constexpr auto kDatasets = {DatasetKind::FashionMnist, DatasetKind::Mnist, DatasetKind::Synthetic};
 constexpr auto kOptimizers = {OptimizerKind::Sgd, OptimizerKind::Adam};
 constexpr auto kScalings = {LrScaling::None, LrScaling::Linear};
@@ -415,6 +417,10 @@ JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
   if (auto s = r.get_choice(model, "model.name", names(kModels, model_kind_name))) {
     c.model.name = parse_enum(*s, kModels, model_kind_name);
   }
+  if (auto s = r.get_choice(model, "model.memory_format",
+                            names(kMemoryFormats, memory_format_name))) {
+    c.model.memory_format = parse_enum(*s, kMemoryFormats, memory_format_name);
+  }
   read_data(r, root, opt, c.data);
   if (c.model.name == ModelKind::Cnn && (c.data.shape[1] < 4 || c.data.shape[2] < 4)) {
     // Two 2x2 max-pools need at least 4x4 pixels.
@@ -471,6 +477,18 @@ std::string_view model_kind_name(ModelKind k) {
       return "cnn";
     case ModelKind::ResNet:
       return "resnet";
+  }
+  return "?";
+}
+
+std::string_view memory_format_name(MemoryFormat f) {
+  switch (f) {
+    case MemoryFormat::Auto:
+      return "auto";
+    case MemoryFormat::ChannelsLast:
+      return "channels_last";
+    case MemoryFormat::Contiguous:
+      return "contiguous";
   }
   return "?";
 }
@@ -536,6 +554,8 @@ std::string to_yaml(const JobConfig& c) {
   out << YAML::Key << "threads_per_worker" << YAML::Value << c.threads_per_worker;
   out << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << std::string(model_kind_name(c.model.name));
+  out << YAML::Key << "memory_format" << YAML::Value
+      << std::string(memory_format_name(c.model.memory_format));
   out << YAML::EndMap;
 
   out << YAML::Key << "data" << YAML::Value << YAML::BeginMap;

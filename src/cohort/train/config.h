@@ -19,14 +19,19 @@ enum class ModelKind { Mlp, Cnn, ResNet };
 enum class DatasetKind { FashionMnist, Mnist, Synthetic };
 enum class OptimizerKind { Sgd, Adam };
 enum class LrScaling { None, Linear };
+enum class MemoryFormat { Auto, ChannelsLast, Contiguous };
 
 std::string_view model_kind_name(ModelKind k);          // "mlp" | "cnn" | "resnet"
 std::string_view dataset_kind_name(DatasetKind k);      // "fashion-mnist" | "mnist" | "synthetic"
 std::string_view optimizer_kind_name(OptimizerKind k);  // "sgd" | "adam"
 std::string_view lr_scaling_name(LrScaling s);          // "none" | "linear"
+std::string_view memory_format_name(MemoryFormat f);    // "auto" | "channels_last" | "contiguous"
 
+// memory_format: the layout of 4-D parameters and activations. auto is channels_last for models
+// with convolutions (oneDNN's convolutions run faster on it on CPUs), contiguous otherwise.
 struct ModelConfig {
   ModelKind name = ModelKind::Mlp;
+  MemoryFormat memory_format = MemoryFormat::Auto;
   bool operator==(const ModelConfig&) const = default;
 };
 

@@ -15,7 +15,7 @@ namespace nn = torch::nn;
 class SequentialModel : public Model {
  public:
   explicit SequentialModel(nn::Sequential layers) : layers_(register_module("layers", layers)) {}
-  torch::Tensor forward(torch::Tensor x) override { return layers_->forward(x); }
+  torch::Tensor forward(torch::Tensor x) override { return layers_->forward(in_layout(x)); }
 
  private:
   nn::Sequential layers_;
@@ -72,7 +72,7 @@ class ResNet : public Model {
     }
   }
   torch::Tensor forward(torch::Tensor x) override {
-    x = stages_->forward(stem_->forward(x));
+    x = stages_->forward(stem_->forward(in_layout(x)));
     x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
     return fc_->forward(x);
   }
@@ -82,6 +82,14 @@ class ResNet : public Model {
   nn::Sequential stages_;
   nn::Linear fc_;
 };
+
+// The tensor with channels-last strides. Not contiguous(ChannelsLast): that keeps a tensor whose
+// layout is ambiguous (one channel, or a 1x1 kernel) in NCHW strides, and a convolution whose
+// input and weight both suggest NCHW runs in NCHW - and hands NCHW to every layer after it.
+torch::Tensor channels_last(const torch::Tensor& t) {
+  return t.to(t.options(), /*non_blocking=*/false, /*copy=*/false,
+              torch::MemoryFormat::ChannelsLast);
+}
 
 // PyTorch's default initialisation for linear and convolution layers (kaiming_uniform with
 // a = sqrt(5), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for weights and biases alike), drawn from
@@ -103,6 +111,11 @@ void initialise(nn::Module& model, uint64_t seed) {
 }
 
 }  // namespace
+
+torch::Tensor Model::in_layout(const torch::Tensor& images) const {
+  if (memory_format_ != MemoryFormat::ChannelsLast || images.dim() != 4) return images;
+  return channels_last(images);
+}
 
 ModelPtr make_model(const ModelConfig& config, const InputSpec& input, uint64_t seed) {
   if (input.shape.size() != 3 || input.classes < 2) {
@@ -131,6 +144,21 @@ ModelPtr make_model(const ModelConfig& config, const InputSpec& input, uint64_t 
       break;
   }
   initialise(*model, seed);
+  const bool convolutional = config.name != ModelKind::Mlp;
+  model->memory_format_ =
+      config.memory_format == MemoryFormat::Auto
+          ? (convolutional ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous)
+          : config.memory_format;
+  if (model->memory_format_ == MemoryFormat::ChannelsLast) {
+    // In place of the data, so that the parameters stay the same tensors (optimizer, DDP).
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) {
+      if (p.dim() == 4) p.set_data(channels_last(p));
+    }
+    for (auto& b : model->buffers()) {
+      if (b.dim() == 4) b.set_data(channels_last(b));
+    }
+  }
   return model;
 }
 

@@ -24,12 +24,23 @@
 
 namespace cohort::train {
 
+class Model;
+using ModelPtr = std::shared_ptr<Model>;
+
 // A classifier: images [B, C, H, W] (float) -> logits [B, classes].
 class Model : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor images) = 0;
+  // The layout its 4-D parameters have and its input is given (ModelConfig::memory_format
+  // resolved): channels_last or contiguous.
+  MemoryFormat memory_format() const { return memory_format_; }
+  // The input in the model's layout (a no-op when it already is); forward() applies it.
+  torch::Tensor in_layout(const torch::Tensor& images) const;
+
+ private:
+  friend ModelPtr make_model(const ModelConfig&, const InputSpec&, uint64_t);
+  MemoryFormat memory_format_ = MemoryFormat::Contiguous;
 };
-using ModelPtr = std::shared_ptr<Model>;
 
 ModelPtr make_model(const ModelConfig& config, const InputSpec& input, uint64_t seed);
 
