@@ -90,7 +90,7 @@ TEST(DistributedDataParallel, GradientsAreTheAverageOfEveryRanksGradients) {
     torch::manual_seed(7);  // same init as the reference
     auto model = std::make_shared<Net>();
     // Tiny buckets: several allreduces per backward, overlapping with it.
-    DistributedDataParallel ddp(model, c, {.bucket_bytes = 4096, .first_bucket_bytes = 1024});
+    DistributedDataParallel ddp(model, c, {.bucket_bytes = 2048, .first_bucket_bytes = 512});
     EXPECT_GT(ddp.bucket_count(), 2u);
     model->zero_grad();
     ddp.backward(torch::nn::functional::cross_entropy(model->forward(batch_for(rank, 0)),
@@ -142,14 +142,14 @@ TEST(DistributedDataParallel, CompressesBucketsAboveTheThresholdAndCountsTheByte
         torch::manual_seed(7);
         return std::make_shared<Net>();
       }();
-      // Two buckets (see BucketsFollowBackwardOrderAndCapacity): 9236 bytes (fc3, fc2, fc1's
-      // bias) and 5120 (fc1's weight). With an 8 KiB threshold only the first is compressed.
+      // Two buckets (see BucketsFollowBackwardOrderAndCapacity): 8980 bytes (fc3, fc2) and 5376
+      // (fc1). With an 8 KiB threshold only the first is compressed.
       compress::CompressionOptions o;
       o.method = compress ? compress::Method::Int8 : compress::Method::None;
       o.min_bytes = 8192;
       DistributedDataParallel ddp(model, c,
-                                  {.bucket_bytes = 12 * 1024,
-                                   .first_bucket_bytes = 12 * 1024,
+                                  {.bucket_bytes = 8 * 1024,
+                                   .first_bucket_bytes = 8 * 1024,
                                    .compression = o});
       model->zero_grad();
       ddp.backward(torch::nn::functional::cross_entropy(model->forward(batch_for(rank, 0)),
@@ -159,14 +159,15 @@ TEST(DistributedDataParallel, CompressesBucketsAboveTheThresholdAndCountsTheByte
       stats[rank] = ddp.stats();
     });
   }
-  // Parameters: 0 fc1.w (uncompressed bucket: exact), 1.. in the int8 bucket.
+  // Parameters: 0 fc1.w, 1 fc1.b (uncompressed bucket: exact), 2.. in the int8 bucket.
   for (int r = 0; r < world; ++r) {
     EXPECT_TRUE(torch::equal(got[r][0], exact[r][0])) << "rank " << r;
+    EXPECT_TRUE(torch::equal(got[r][1], exact[r][1])) << "rank " << r;
     double err = 0, norm = 0;
     int64_t values = 0;
     for (size_t i = 0; i < got[r].size(); ++i) {
       values += got[r][i].numel();
-      if (i == 0) continue;
+      if (i <= 1) continue;
       err += (got[r][i] - exact[r][i]).pow(2).sum().item<double>();
       norm += exact[r][i].pow(2).sum().item<double>();
       EXPECT_TRUE(torch::equal(got[r][i], got[0][i])) << "rank " << r << " param " << i;
@@ -187,14 +188,15 @@ TEST(DistributedDataParallel, CompressesBucketsAboveTheThresholdAndCountsTheByte
 TEST(DistributedDataParallel, BucketsFollowBackwardOrderAndCapacity) {
   run_ranks(1, [&](int, comm::Communicator& c) {
     auto model = std::make_shared<Net>();
-    // fc3 (165 floats), fc2 (2112) and fc1's bias (64) fit 12 KiB together (9364 bytes); fc1's
-    // weight (1280 floats) would overflow it and starts the next bucket.
-    DistributedDataParallel ddp(model, c, {.bucket_bytes = 12 * 1024, .first_bucket_bytes = 12 * 1024});
+    // Parameters: 0 fc1.w 1 fc1.b 2 fc2.w 3 fc2.b 4 fc3.w 5 fc3.b — reverse order into buckets.
+    // fc3 (165 floats) and fc2's bias (32) take 788 bytes; fc2's weight (2048 floats) takes the
+    // bucket past 8 KiB and closes it - it joins the small tensors before it rather than waiting
+    // in the next bucket. fc1 (1344 floats) is the rest.
+    DistributedDataParallel ddp(model, c, {.bucket_bytes = 8 * 1024, .first_bucket_bytes = 8 * 1024});
     auto layout = ddp.bucket_layout();
     ASSERT_EQ(layout.size(), 2u);
-    // Parameters: 0 fc1.w 1 fc1.b 2 fc2.w 3 fc2.b 4 fc3.w 5 fc3.b — reverse order into buckets.
-    EXPECT_EQ(layout[0], (std::vector<size_t>{5, 4, 3, 2, 1}));
-    EXPECT_EQ(layout[1], (std::vector<size_t>{0}));
+    EXPECT_EQ(layout[0], (std::vector<size_t>{5, 4, 3, 2}));
+    EXPECT_EQ(layout[1], (std::vector<size_t>{1, 0}));
   });
 }
 

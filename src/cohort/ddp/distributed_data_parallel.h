@@ -29,8 +29,9 @@
 namespace cohort::ddp {
 
 struct DdpOptions {
-  // Capacity of each gradient bucket. The first bucket is smaller (first_bucket_bytes) so that
-  // communication starts as early as possible in backward.
+  // Capacity of each gradient bucket: a bucket is closed once it holds at least this much (in
+  // the order backward produces gradients). The first bucket is smaller (first_bucket_bytes) so
+  // that communication starts as early as possible in backward.
   size_t bucket_bytes = 25u << 20;
   size_t first_bucket_bytes = 1u << 20;
   comm::Algorithm algorithm = comm::Algorithm::Auto;
