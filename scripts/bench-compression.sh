@@ -24,7 +24,8 @@
 # BENCH_EVAL_EVERY (50), BENCH_CAP_S (600), BENCH_EPOCHS (epochs allowed, 3), BENCH_BUILD_DIR
 # (build/release), BENCH_OUTPUT (BENCHMARKS.md), BENCH_SKIP_BUILD=1, BENCH_BATCH (per-worker
 # batch size, 64) and BENCH_LR (0.05) for both systems, BENCH_KEEP=1 (keep the results of earlier
-# runs in the section; a configuration run again replaces its earlier result). Cohort runs without
+# runs in the section; a configuration run again replaces its earlier result), BENCH_REPORT_ONLY=1
+# (rewrite the section from the results kept, without running anything). Cohort runs without
 # its start-up bandwidth probe (debug.bandwidth_probe_mb=0): 16 MB of allreduces that PyTorch does
 # not make would count in its time and bytes. One row (rate x workers) is
 # 7 configurations of about 3 minutes each on 2 idle CPUs, BENCH_CAP_S at most: the default is
@@ -52,7 +53,9 @@ RESULTS=$OUT/results.jsonl
 
 ((EUID == 0)) || { echo "bench-compression: needs root (network namespaces)" >&2; exit 2; }
 mkdir -p "$OUT"
-if [[ ${BENCH_KEEP:-0} == 1 && -f $RESULTS ]]; then
+if [[ ${BENCH_REPORT_ONLY:-0} == 1 ]]; then
+  : # the results as they are
+elif [[ ${BENCH_KEEP:-0} == 1 && -f $RESULTS ]]; then
   # Results of this run replace earlier ones of the same configuration, rate, workers and batch.
   "$PY" - "$RESULTS" "$RATES" "$WORKERS" "$BATCH" "$LR" "$CONFIGS" <<'PY'
 import json, sys
@@ -271,7 +274,10 @@ for (rate, n, batch, lr) in sorted({(r["rate"], r["workers"], r["batch"], r["lr"
             r["load"], tr, br))
     cohort = [r for r in sel if r["system"] == "cohort" and r["reached"]]
     if base and cohort and rate == "100mbit":
-        best = min(cohort, key=lambda r: r["seconds"])
+        # The fastest codec that meets both halves of the target, else the fastest.
+        both = [r for r in cohort if base["reached"] and base["seconds"] >= 3 * r["seconds"]
+                and base["link_bytes_per_step"] >= 4 * r["link_bytes_per_step"]]
+        best = min(both or cohort, key=lambda r: r["seconds"])
         if base["reached"]:
             ratio = base["seconds"] / best["seconds"]
             met_t = ratio >= 3
@@ -279,7 +285,8 @@ for (rate, n, batch, lr) in sorted({(r["rate"], r["workers"], r["batch"], r["lr"
         else:
             met_t, text_t = None, "PyTorch DDP did not reach %s within the cap" % target
         bratio = base["link_bytes_per_step"] / best["link_bytes_per_step"]
-        lines += ["", "Target (100 Mbit/s, batch %d): Cohort's best codec (%s) reaches %s ≥ 3× sooner than "
+        lines += ["", "Target (100 Mbit/s, batch %d): Cohort's best codec (%s: the fastest "
+                  "that meets both, else the fastest) reaches %s ≥ 3× sooner than "
                   "PyTorch DDP uncompressed: %s (%s); and sends ≥ 4× fewer bytes per step: "
                   "%.2f× (%s)." % (batch, best["compression"], target, text_t,
                                    "met" if met_t else ("not met" if met_t is False else "see text"),
@@ -296,6 +303,8 @@ open(output, "w").write(text)
 print(section)
 PY
 }
+
+if [[ ${BENCH_REPORT_ONLY:-0} == 1 ]]; then report; exit 0; fi
 
 for rate in $RATES; do
   for n in $WORKERS; do
