@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "../cli/cohort_process.h"
+#include "files.h"
 #include "shell.h"
 
 namespace fs = std::filesystem;
@@ -24,11 +25,7 @@ using namespace std::chrono_literals;
 namespace {
 
 fs::path fresh_dir(const std::string& name) {
-  auto d =
-      fs::temp_directory_path() / ("cohort-console-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
+  return cohort::e2e::fresh_dir("console", name);
 }
 
 std::string source(const std::string& rel) {

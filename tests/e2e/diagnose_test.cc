@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "files.h"
 #include "shell.h"
 
 namespace fs = std::filesystem;
@@ -18,20 +19,10 @@ using nlohmann::json;
 namespace {
 
 using cohort::e2e::sh;
+using cohort::e2e::slurp;
 
 fs::path fresh_dir(const std::string& name) {
-  auto d =
-      fs::temp_directory_path() / ("cohort-diagnose-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return cohort::e2e::fresh_dir("diagnose", name);
 }
 
 std::vector<std::string> lines_of(const std::string& text) {

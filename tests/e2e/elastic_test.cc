@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "files.h"
 #include "shell.h"
 
 namespace fs = std::filesystem;
@@ -28,11 +29,7 @@ using namespace std::chrono_literals;
 namespace {
 
 fs::path fresh_dir(const std::string& name) {
-  auto d =
-      fs::temp_directory_path() / ("cohort-elastic-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
+  return cohort::e2e::fresh_dir("elastic", name);
 }
 
 json read_json(const fs::path& p) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "files.h"
 #include "shell.h"
 
 namespace fs = std::filesystem;
@@ -20,19 +21,10 @@ using nlohmann::json;
 namespace {
 
 using cohort::e2e::sh;
+using cohort::e2e::slurp;
 
 fs::path fresh_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() / ("cohort-faults-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return cohort::e2e::fresh_dir("faults", name);
 }
 
 json read_json(const fs::path& p) {

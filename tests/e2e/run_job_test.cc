@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "files.h"
 #include "shell.h"
 
 namespace fs = std::filesystem;
@@ -27,12 +28,7 @@ namespace {
 using cohort::e2e::Result;
 using cohort::e2e::sh;
 
-fs::path fresh_dir(const std::string& name) {
-  auto d = fs::temp_directory_path() / ("cohort-e2e-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path fresh_dir(const std::string& name) { return cohort::e2e::fresh_dir("e2e", name); }
 
 json read_json(const fs::path& p) {
   std::ifstream in(p);
