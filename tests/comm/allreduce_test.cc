@@ -46,8 +46,8 @@ TEST_P(Allreduce, MatchesReference) {
     for (size_t c = 0; c < cases.size(); ++c) {
       works[c]->wait();
       EXPECT_EQ(works[c]->sequence(), c + 1);
-      EXPECT_TRUE(testing::matches_reduction(cases[c].first, cases[c].second, n, bufs[c].data(),
-                                             count))
+      EXPECT_TRUE(
+          testing::matches_reduction(cases[c].first, cases[c].second, n, bufs[c].data(), count))
           << "rank " << r;
     }
   });
@@ -64,6 +64,76 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(std::get<1>(info.param)) + "_" +
              std::string(algorithm_name(std::get<2>(info.param)));
     });
+
+TEST(RingOrder, VisitsEveryStepOfEverySegmentOnceAndForwardsOnlyWhatArrived) {
+  for (size_t steps : {1u, 2u, 6u}) {
+    for (size_t segments : {1u, 4u, 7u, 12u}) {
+      for (size_t window : {0u, 1u, 2u, 3u, 5u, 12u, 20u}) {
+        const RingOrder order(steps, segments, window);
+        const std::string where = "steps " + std::to_string(steps) + ", segments " +
+                                  std::to_string(segments) + ", window " + std::to_string(window);
+        std::vector<std::vector<size_t>> index(steps, std::vector<size_t>(segments, SIZE_MAX));
+        for (size_t i = 0; i < order.count(); ++i) {
+          size_t s, k;
+          order.at(i, &s, &k);
+          ASSERT_LT(s, steps) << where;
+          ASSERT_LT(k, segments) << where;
+          ASSERT_EQ(index[s][k], SIZE_MAX) << where << ": item " << i << " visits a pair twice";
+          index[s][k] = i;
+        }
+        for (size_t s = 0; s < steps; ++s) {
+          for (size_t k = 0; k < segments; ++k) {
+            const size_t i = index[s][k];
+            if (s == 0) {
+              EXPECT_EQ(order.needs(i), 0u) << where;
+              continue;
+            }
+            // Exactly the items up to and including step s - 1 of the same segment.
+            EXPECT_EQ(order.needs(i), index[s - 1][k] + 1)
+                << where << ", step " << s << ", segment " << k;
+            if (window == 0 || window >= segments) {
+              EXPECT_EQ(i, s * segments + k) << where << ": not the plain step-by-step order";
+            } else {
+              EXPECT_LE(i - index[s - 1][k], window) << where << ": forwarded late";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+class RingWindow : public ::testing::TestWithParam<std::tuple<int, size_t>> {};
+
+TEST_P(RingWindow, MatchesReference) {
+  const auto [n, window] = GetParam();
+  // 64-element segments: blocks of 5003 / n elements span 16..40 segments, so rounds of every
+  // window run, the last one short.
+  World world(n, [&, w = window](CommConfig& c) {
+    c.chunk_bytes = 256;
+    c.ring_window = w;
+  });
+  const size_t count = 5003;
+  world.run([&](int r, Communicator& comm) {
+    for (auto [dt, op] :
+         {std::pair{DType::F32, ReduceOp::Sum}, std::pair{DType::I64, ReduceOp::Max},
+          std::pair{DType::F64, ReduceOp::Avg}}) {
+      auto buf = testing::make_input(dt, r, count);
+      comm.allreduce(Buffer{dt, buf.data(), count}, {.op = op, .algorithm = Algorithm::Ring})
+          ->wait();
+      EXPECT_TRUE(testing::matches_reduction(dt, op, n, buf.data(), count)) << "rank " << r;
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldsWindows, RingWindow,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 5),
+                                            ::testing::Values(size_t{0}, size_t{1}, size_t{2},
+                                                              size_t{3}, size_t{7})),
+                         [](const auto& info) {
+                           return "n" + std::to_string(std::get<0>(info.param)) + "_window" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 TEST(AllreduceStats, RingMovesTwiceTheBufferTimesNMinusOneOverN) {
   const int n = 4;

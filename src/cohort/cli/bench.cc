@@ -49,13 +49,18 @@ constexpr const char* kUsage =
     "  --iters K          timed iterations per size (default: enough for ~0.5 s, 10..10000)\n"
     "  --warmup W         warm-up iterations per size (default 5)\n"
     "  --timeout MS       deadline of setup and of every collective (default 30000)\n"
+    "  --chunk BYTES      pipeline segment size (CommConfig::chunk_bytes, default 256K)\n"
+    "  --socket-buffer BYTES  SO_SNDBUF/SO_RCVBUF of data connections, 0: kernel autotuning\n"
+    "                     (CommConfig::socket_buffer_bytes, default 256K)\n"
+    "  --ring-window K    ring segments per step and round (CommConfig::ring_window,\n"
+    "                     default 1; 0: a whole block per step)\n"
     "  --json             one JSON object per line instead of a table\n"
     "\n"
     "Time is the median over iterations of the slowest rank's time; algbw = bytes / time and\n"
     "busbw = algbw * 2(n-1)/n, in GB/s (1e9 bytes per second).\n";
 
 const std::set<std::string> kValueFlags = {
-    "ranks", "sizes", "algo", "iters", "warmup", "timeout",
+    "ranks", "sizes", "algo", "iters", "warmup", "timeout", "chunk", "socket-buffer", "ring-window",
     // hidden: a rank spawned by the launcher, and the fault drills of the fault tests
     "worker-rank", "store", "fault", "fault-rank", "fault-after-iters"};
 const std::set<std::string> kBoolFlags = {"json", "help"};
@@ -83,6 +88,24 @@ BenchOptions parse_options(const Args& a) {
   o.method.iters = int_in("iters", 0, 0, 10000000);
   o.method.warmup = int_in("warmup", 5, 0, 1000000);
   o.timeout = std::chrono::milliseconds(int_in("timeout", 30000, 1, 24 * 3600 * 1000));
+  auto bytes_in = [&](const std::string& flag, uint64_t lo, uint64_t hi) {
+    uint64_t v;
+    try {
+      v = bench::parse_size(*a.get(flag));
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError("--" + flag + ": " + e.what());
+    }
+    if (v < lo || v > hi) {
+      throw ConfigError("--" + flag + " must be between " + std::to_string(lo) + " and " +
+                        std::to_string(hi) + " bytes, got " + std::to_string(v));
+    }
+    return v;
+  };
+  if (a.has("chunk")) o.chunk_bytes = bytes_in("chunk", 1, uint64_t{1} << 30);
+  if (a.has("socket-buffer")) {
+    o.socket_buffer_bytes = static_cast<long>(bytes_in("socket-buffer", 0, uint64_t{1} << 30));
+  }
+  if (a.has("ring-window")) o.ring_window = int_in("ring-window", 0, 0, 1 << 20);
   o.json = a.has("json");
   if (auto f = a.get("fault")) {
     if (*f == "kill")

@@ -79,6 +79,10 @@ class Worker {
     config.size = o_.ranks;
     config.token = token_;
     config.timeout = o_.timeout;
+    if (o_.chunk_bytes > 0) config.chunk_bytes = o_.chunk_bytes;
+    if (o_.socket_buffer_bytes >= 0)
+      config.socket_buffer_bytes = static_cast<int>(o_.socket_buffer_bytes);
+    if (o_.ring_window >= 0) config.ring_window = static_cast<size_t>(o_.ring_window);
     comm_ = comm::Communicator::create(store_, config);
     for (size_t s = 0; s < o_.sizes.size(); ++s) run_size(s);
     wait(comm_->barrier());

@@ -33,6 +33,10 @@ struct BenchOptions {
   comm::Algorithm algorithm = comm::Algorithm::Auto;
   bench::MethodOptions method;
   std::chrono::milliseconds timeout{30000};
+  // Communicator settings (CommConfig); 0 or negative: the communicator's default.
+  uint64_t chunk_bytes = 0;
+  long socket_buffer_bytes = -1;
+  long ring_window = -1;
   bool json = false;
   FaultDrill fault;
 };

@@ -22,8 +22,9 @@ struct OpContext {
   Counters& counters;
   OpId id;
   Deadline deadline;
-  size_t chunk_bytes;            // pipeline segment size
+  size_t chunk_bytes;             // pipeline segment size
   std::vector<uint8_t>& scratch;  // reusable temporary memory, grown on demand
+  size_t ring_window = 0;         // segments per step in each round of a ring (0: a whole block)
 
   int rank() const { return mesh.rank(); }
   int size() const { return mesh.size(); }
@@ -39,9 +40,13 @@ struct OpContext {
   }
 };
 
-inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+inline size_t ceil_div(size_t a, size_t b) {
+  return (a + b - 1) / b;
+}
 // (a mod n) for a possibly negative a.
-inline int wrap(int a, int n) { return ((a % n) + n) % n; }
+inline int wrap(int a, int n) {
+  return ((a % n) + n) % n;
+}
 
 // A contiguous element range [off, off + len) of a buffer cut into pipeline segments.
 struct SegmentedRange {
@@ -55,6 +60,38 @@ struct SegmentedRange {
     size_t start = i * seg;
     size_t n = std::min(seg, len - start);
     return Segment{base + (off + start) * elem_size, n * elem_size};
+  }
+};
+
+// The order in which a ring sends (and receives) its steps x segments. Each of `steps` steps
+// moves one block of `segments` segments. Rounds of `window` segments run through every step
+// before the next round starts: step s of segment k forwards what step s - 1 of segment k
+// brought, so it waits `window` segments after its data arrived instead of a whole block, and that
+// data is still in the CPU caches when it goes out again. window >= segments (or 0) is the plain
+// step-by-step order.
+struct RingOrder {
+  size_t steps;
+  size_t segments;
+  size_t window;
+
+  RingOrder(size_t steps_, size_t segments_, size_t window_)
+      : steps(steps_),
+        segments(segments_),
+        window(window_ == 0 || window_ > segments_ ? segments_ : window_) {}
+  size_t count() const { return steps * segments; }
+  // Step and segment of item i.
+  void at(size_t i, size_t* step, size_t* segment) const {
+    const size_t round = i / (steps * window), first = round * window;
+    const size_t width = std::min(window, segments - first), j = i - round * steps * window;
+    *step = j / width;
+    *segment = first + j % width;
+  }
+  // Items that must have been received before item i may be sent: step s of a segment forwards
+  // step s - 1 of it, received `width` items earlier in the same order.
+  size_t needs(size_t i) const {
+    const size_t round = i / (steps * window), first = round * window;
+    const size_t width = std::min(window, segments - first), j = i - round * steps * window;
+    return j < width ? 0 : i - width + 1;
   }
 };
 
@@ -80,7 +117,8 @@ void allreduce_halving_doubling(OpContext& ctx, Buffer buf, ReduceOp op);
 void allreduce_recursive_doubling(OpContext& ctx, Buffer buf, ReduceOp op);
 void reduce_scatter_ring(OpContext& ctx, Buffer in, Buffer out, ReduceOp op);
 void allgather_ring(OpContext& ctx, Buffer in, Buffer out);
-void allreduce_encoded(OpContext& ctx, Buffer buf, Encoding& encoding, ReduceOp op, Buffer residual);
+void allreduce_encoded(OpContext& ctx, Buffer buf, Encoding& encoding, ReduceOp op,
+                       Buffer residual);
 void allgatherv_ring(OpContext& ctx, Buffer in, GatheredBlocks* out);
 void broadcast(OpContext& ctx, Buffer buf, int root);
 void barrier(OpContext& ctx);

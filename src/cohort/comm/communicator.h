@@ -26,12 +26,16 @@ namespace cohort::comm {
 struct CommConfig {
   int rank = 0;
   int size = 1;
-  std::string token;                        // the job's secret; proves membership in handshakes
-  std::string bind_host = "127.0.0.1";      // where this rank listens for its peers
-  std::string advertise_host;               // what peers dial; defaults to bind_host
+  std::string token;                         // the job's secret; proves membership in handshakes
+  std::string bind_host = "127.0.0.1";       // where this rank listens for its peers
+  std::string advertise_host;                // what peers dial; defaults to bind_host
   std::chrono::milliseconds timeout{30000};  // default deadline of a collective and of setup
   // Pipeline segment: the reduction of one overlaps the transfer of the next.
   size_t chunk_bytes = 256 << 10;
+  // The ring allreduce runs its segments in rounds of this many per step (allreduce_ring.cc): a
+  // reduced segment is forwarded this many segments after it arrived, while it is still in the
+  // CPU caches. 0: a whole block per step (the textbook order).
+  size_t ring_window = 1;
   // SO_SNDBUF/SO_RCVBUF of every data connection (0: leave the kernel's autotuning on). Modest
   // buffers measured fastest on loopback: the bytes in flight stay in the CPU caches between the
   // sender's copy into the kernel and the receiver's copy out (4 MiB buffers were about 2x slower

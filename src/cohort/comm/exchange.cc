@@ -18,7 +18,9 @@ namespace {
 // A send/recv message that arrives before its recv is buffered up to this size.
 constexpr uint64_t kMaxStashBytes = uint64_t{1} << 32;
 
-std::string rank_str(int r) { return "rank " + std::to_string(r); }
+std::string rank_str(int r) {
+  return "rank " + std::to_string(r);
+}
 
 [[noreturn]] void lost(int peer, const OpId& id, const std::exception& e) {
   throw PeerLostError(peer, describe(id.kind, id.seq, id.tag) + ": connection to " +
@@ -80,6 +82,7 @@ class Engine {
 
  private:
   bool send_ready(size_t i) const {
+    if (s_.plan->needs) return r_.i >= s_.plan->needs(i);
     size_t lag = s_.plan->lag;
     return lag == kNoLag || i < lag || r_.i > i - lag;
   }
@@ -184,12 +187,12 @@ class Engine {
                           ") while this rank is in " + here());
     }
     const auto kind = static_cast<OpKind>(h.kind);
-    if (kind == OpKind::PointToPoint &&
-        !(id_.kind == OpKind::PointToPoint && h.tag == id_.tag)) {
+    if (kind == OpKind::PointToPoint && !(id_.kind == OpKind::PointToPoint && h.tag == id_.tag)) {
       // A message for a recv not issued yet: keep it for that recv.
       if (h.bytes > kMaxStashBytes) {
         throw ProtocolError(rank_str(peer) + " sent a message of " + std::to_string(h.bytes) +
-                            " bytes (tag " + std::to_string(h.tag) + ") before its recv was issued");
+                            " bytes (tag " + std::to_string(h.tag) +
+                            ") before its recv was issued");
       }
       r_.stash = StashedMessage{h.tag, h.dtype, std::vector<uint8_t>(h.bytes)};
       r_.got = 0;

@@ -33,9 +33,11 @@ struct Segment {
 
 struct SendPlan {
   int peer = -1;
-  size_t count = 0;                       // number of segments
+  size_t count = 0;                             // number of segments
   std::function<Segment(size_t)> segment = {};  // the bytes of segment i
-  size_t lag = kNoLag;                    // segment i waits for received segment i - lag
+  size_t lag = kNoLag;                          // segment i waits for received segment i - lag
+  // When set, replaces lag: segment i waits until needs(i) segments have been received.
+  std::function<size_t(size_t)> needs = {};
 };
 
 struct RecvPlan {
@@ -43,7 +45,7 @@ struct RecvPlan {
   size_t count = 0;
   std::function<Segment(size_t)> segment = {};  // where segment i lands (must have its exact size)
   std::function<void(size_t)> on_segment = {};  // after segment i has arrived (may be empty)
-  size_t lag = kNoLag;                       // segment i waits for sent segment i - lag
+  size_t lag = kNoLag;                          // segment i waits for sent segment i - lag
 };
 
 // What the headers of this operation must say.

@@ -18,7 +18,6 @@ constexpr Millis kFailureRecordWait{200};
 // (at most 2 s) or kFailureRecordWait, plus the store round trips.
 constexpr Millis kDiagnosisBound{3000};
 
-
 std::string join(const std::vector<int>& ranks) {
   std::string s;
   for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
@@ -93,9 +92,9 @@ TcpCommunicator::TcpCommunicator(store::Store& store, const CommConfig& config, 
     : store_(store),
       config_(config),
       mesh_(std::move(mesh)),
-      recorder_(config.flight_recorder
-                    ? config.flight_recorder
-                    : std::make_shared<FlightRecorder>(config.rank, config.flight_recorder_entries)),
+      recorder_(config.flight_recorder ? config.flight_recorder
+                                       : std::make_shared<FlightRecorder>(
+                                             config.rank, config.flight_recorder_entries)),
       runner_(std::make_shared<Runner>(this)),
       hand_off_delay_(config.hand_off_delay),
       hand_off_delay_max_(std::max(config.hand_off_delay, config.hand_off_delay_max)) {
@@ -135,7 +134,10 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype, size_t 
     op.algorithm = shape->algorithm;
     op.detail = shape->detail;
   }
-  op.id = OpId{.kind = kind, .seq = 0, .dtype = dtype, .tag = tag,
+  op.id = OpId{.kind = kind,
+               .seq = 0,
+               .dtype = dtype,
+               .tag = tag,
                .skip_empty = kind != OpKind::PointToPoint};
   op.peer = peer;
   op.timeout = timeout.count() > 0 ? timeout : config_.timeout;
@@ -152,10 +154,10 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype, size_t 
       op.id.seq = next_seq_++;
       op.work = std::make_shared<Work>(std::string(op_kind_name(kind)), op.id.seq, runner_);
       recorder_->on_queued(CollectiveRecord{.seq = op.id.seq,
-                                           .kind = kind,
-                                           .dtype = dtype,
-                                           .count = op.count,
-                                           .algorithm = op.algorithm});
+                                            .kind = kind,
+                                            .dtype = dtype,
+                                            .count = op.count,
+                                            .algorithm = op.algorithm});
     }
     work = op.work;
     fatal = fatal_;
@@ -219,8 +221,8 @@ static void check_block_shapes(const char* op, const char* rule, Buffer whole, B
   auto shape = [](Buffer b) {
     return std::to_string(b.count) + " " + std::string(dtype_name(b.dtype));
   };
-  throw ConfigError(std::string(op) + ": " + rule + " (whole: " + shape(whole) + ", block: " +
-                    shape(block) + ", size " + std::to_string(size) + ")");
+  throw ConfigError(std::string(op) + ": " + rule + " (whole: " + shape(whole) +
+                    ", block: " + shape(block) + ", size " + std::to_string(size) + ")");
 }
 
 std::shared_ptr<Work> TcpCommunicator::reduce_scatter(Buffer in, Buffer out,
@@ -295,8 +297,8 @@ std::shared_ptr<Work> TcpCommunicator::allgatherv(Buffer in, GatheredBlocks* out
 std::shared_ptr<Work> TcpCommunicator::broadcast(Buffer buf, const BroadcastOptions& opts) {
   check_buffer("broadcast", buf);
   if (opts.root < 0 || opts.root >= size()) {
-    throw ConfigError("broadcast: root " + std::to_string(opts.root) + " is not a rank of a world of " +
-                      std::to_string(size()));
+    throw ConfigError("broadcast: root " + std::to_string(opts.root) +
+                      " is not a rank of a world of " + std::to_string(size()));
   }
   const int root = opts.root;
   Op shape;
@@ -451,7 +453,8 @@ void TcpCommunicator::execute(Op& op) {
                 .id = op.id,
                 .deadline = Deadline::after(op.timeout),
                 .chunk_bytes = config_.chunk_bytes,
-                .scratch = scratch_};
+                .scratch = scratch_,
+                .ring_window = config_.ring_window};
   try {
     if (collective && config_.check_collectives && mesh_.size() > 1) check_fingerprint(ctx, op);
     op.body(ctx);
@@ -585,7 +588,8 @@ std::exception_ptr TcpCommunicator::fail(const Op& op, std::exception_ptr raw) {
   // can already read who failed first.
   if (!aborted && mesh_.size() > 1) {
     try {
-      store_.set(key("failed/" + std::to_string(rank())), store::to_bytes(encode_record(culprit, what)));
+      store_.set(key("failed/" + std::to_string(rank())),
+                 store::to_bytes(encode_record(culprit, what)));
     } catch (const std::exception& e) {
       spdlog::warn("rank {}: could not record the failure in the store: {}", rank(), e.what());
     }
@@ -634,8 +638,9 @@ std::exception_ptr TcpCommunicator::timed_out(const Op& op, const StallError& st
     missing.push_back(stall.peer());
     msg = head + "; not heard from rank " + std::to_string(stall.peer());
   } else {
-    msg = head + "; ranks not heard from: " + join(missing) +
-          " (they did not report being stuck in this collective: stopped, hung, or never called it)";
+    msg =
+        head + "; ranks not heard from: " + join(missing) +
+        " (they did not report being stuck in this collective: stopped, hung, or never called it)";
   }
   return std::make_exception_ptr(
       CollectiveTimeoutError(std::string(op_kind_name(op.id.kind)), op.id.seq, missing, msg));
