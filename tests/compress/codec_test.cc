@@ -288,6 +288,45 @@ TEST(Codecs, TopKWarmsUpWithPlainAllreduce) {
   });
 }
 
+// A job resumed at step s (checkpoint, membership change) builds new codecs and tells them the
+// step: those past their warm-up compress from their first exchange, those still in it finish
+// only what is left of it.
+TEST(Codecs, WarmUpCountsTrainingStepsNotExchangesOfThisCodec) {
+  const int n = 2;
+  const size_t count = 3000;
+  for (Method m : {Method::TopK, Method::PowerSgd}) {
+    CompressionOptions o = options(m);
+    o.topk_warmup_steps = 5;
+    o.powersgd_warmup_steps = 5;
+    for (int64_t resumed_at : {int64_t{3}, int64_t{5}, int64_t{40}}) {
+      World world(n);
+      world.run([&](int r, comm::Communicator& comm) {
+        auto codec = make_codec(o, count, {{0, 50, 60}}, r, 0);
+        codec->set_step(resumed_at);
+        for (int64_t step = resumed_at; step < 7; ++step) {
+          auto g = gradient(r, static_cast<int>(step), count);
+          codec->start(g.data(), comm, {});
+          codec->finish();
+          const bool residual_empty =
+              std::all_of(codec->residual().begin(), codec->residual().end(),
+                          [](float v) { return v == 0.0f; });
+          EXPECT_EQ(residual_empty, step < 5) << method_name(m) << " resumed at " << resumed_at
+                                              << ", rank " << r << ", step " << step;
+        }
+        if (resumed_at >= 5) {
+          auto g = gradient(r, 0, count);
+          codec->start(g.data(), comm, {});
+          codec->finish();
+          EXPECT_FALSE(std::all_of(codec->residual().begin(), codec->residual().end(),
+                                   [](float v) { return v == 0.0f; }))
+              << method_name(m) << " resumed at " << resumed_at << ", rank " << r;
+        }
+        EXPECT_EQ(codec->step(), std::max<int64_t>(resumed_at, 7) + (resumed_at >= 5 ? 1 : 0));
+      });
+    }
+  }
+}
+
 class ExchangeTest : public ::testing::TestWithParam<std::tuple<Method, int>> {};
 
 TEST_P(ExchangeTest, OneStepIsCloseToTheAverageAndTheSameOnEveryRank) {

@@ -91,10 +91,22 @@ class Codec {
   // What the last exchange dropped and the next start() adds back (empty without error feedback).
   const std::vector<float>& residual() const { return residual_; }
 
+  // The training step of the next start() (each start() counts one). A warm-up runs while it is
+  // below the method's warm-up steps: a job that resumes at step s, from a checkpoint or after a
+  // membership change, gives its new codecs s, so they do not warm up a second time. (Their
+  // residuals start empty then: they belonged to steps after the state the job resumed from.)
+  void set_step(int64_t step) { step_ = step; }
+  int64_t step() const { return step_; }
+
  protected:
   explicit Codec(size_t count) : count_(count) {}
+  // Counts this start() as one step; true while the step is below `warmup_steps`.
+  bool warming_up(int64_t warmup_steps) { return step_++ < warmup_steps; }
   size_t count_;
   std::vector<float> residual_;
+
+ private:
+  int64_t step_ = 0;
 };
 
 // The codec for a bucket of `count` f32 values of the given tensors (method none below

@@ -82,7 +82,7 @@ class PowerSgdCodec final : public Codec {
     grad_ = grad;
     comm_ = &comm;
     opts_ = opts;
-    if (steps_++ < warmup_) {
+    if (warming_up(warmup_)) {
       plain_ = true;
       work_ = comm.allreduce(
           Buffer{DType::F32, grad, count_},
@@ -178,7 +178,6 @@ class PowerSgdCodec final : public Codec {
 
   size_t rank_;
   int64_t warmup_;
-  int64_t steps_ = 0;
   std::vector<Matrix> matrices_;
   std::vector<std::pair<size_t, size_t>> dense_;  // (offset, length)
   size_t p_size_ = 0, q_size_ = 0, dense_offset_ = 0;

@@ -55,7 +55,7 @@ class TopKCodec final : public Codec {
   }
 
   void start(float* grad, comm::Communicator& comm, const ExchangeOptions& opts) override {
-    if (steps_++ < warmup_) {
+    if (warming_up(warmup_)) {
       plain_ = true;
       work_ = comm.allreduce(
           Buffer{DType::F32, grad, count_},
@@ -146,7 +146,7 @@ class TopKCodec final : public Codec {
   comm::GatheredBlocks gathered_;
   float* grad_ = nullptr;
   int world_ = 1;
-  int64_t warmup_ = 0, steps_ = 0;
+  int64_t warmup_ = 0;
   bool plain_ = false;
   std::shared_ptr<comm::Work> work_;
 };

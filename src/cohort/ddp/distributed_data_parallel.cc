@@ -258,6 +258,12 @@ void DistributedDataParallel::backward(const torch::Tensor& loss) {
   finish_backward();
 }
 
+void DistributedDataParallel::set_step(int64_t step) {
+  for (Bucket& b : buckets_) {
+    if (b.codec) b.codec->set_step(step);
+  }
+}
+
 void DistributedDataParallel::broadcast_parameters(int root) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> tensors;

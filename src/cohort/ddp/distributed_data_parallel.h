@@ -90,6 +90,11 @@ class DistributedDataParallel {
   void start_backward();
   void finish_backward();
 
+  // The training step of the next backward(): compressed buckets whose method warms up do so
+  // only while it is below their warm-up steps (compress::Codec::set_step). A job that resumes at
+  // step s calls set_step(s) before its first backward.
+  void set_step(int64_t step);
+
   // Copies rank `root`'s parameters and buffers to every rank.
   void broadcast_parameters(int root = 0);
   // Copies rank `root`'s optimizer state (e.g. momentum buffers) to every rank.

@@ -412,13 +412,13 @@ json train(TrainerContext& ctx) {
       if (fresh_start && membership.epoch == 0) clock_offset_us = trace::measure_clock_offset(comm);
       if (cfg.trace.enabled && !tracer && !ctx.run_dir.empty()) {
         const int64_t offset = clock_offset_us;
-        tracer = std::make_unique<trace::Tracer>(trace::TracerOptions{
-            .path = (std::filesystem::path(ctx.run_dir) / "trace" /
-                     ("rank-" + std::to_string(job_rank) + ".json"))
-                        .string(),
-            .rank = job_rank,
-            .max_pending = static_cast<size_t>(cfg.trace.max_pending_events),
-            .clock_offset_us = offset});
+        tracer = std::make_unique<trace::Tracer>(
+            trace::TracerOptions{.path = (std::filesystem::path(ctx.run_dir) / "trace" /
+                                          ("rank-" + std::to_string(job_rank) + ".json"))
+                                             .string(),
+                                 .rank = job_rank,
+                                 .max_pending = static_cast<size_t>(cfg.trace.max_pending_events),
+                                 .clock_offset_us = offset});
         recorder.set_observer(tracer.get());
       }
       ddp::DistributedDataParallel ddp(
@@ -541,6 +541,9 @@ json train(TrainerContext& ctx) {
                                                 {"step", state.step},
                                                 {"time", wall_seconds()}});
       };
+
+      // Compression warm-up counts training steps: a resumed job does not warm up again.
+      ddp.set_step(state.step);
 
       DistributedSampler sampler({.dataset_size = train_set.size(),
                                   .world_size = world,
