@@ -2,6 +2,8 @@
 // operation run by the thread that waits for it keeps the order, sequence numbers and failure
 // behaviour of one run by the communication thread.
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <time.h>
 
 #include <chrono>
 #include <cmath>
@@ -264,6 +266,59 @@ TEST(WaitingThread, FailureOnTheWaitingThreadFailsTheCommunicator) {
   auto later = world[0].allreduce(Buffer{DType::F32, buf.data(), buf.size()}, {});
   EXPECT_THROW(later->wait(), CollectiveTimeoutError);
   EXPECT_EQ(later->sequence(), 2u);
+}
+
+// CPU time of the calling thread.
+std::chrono::nanoseconds thread_cpu_time() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+}
+
+// A small operation polls its sockets for up to spin_wait before it sleeps, but only when every
+// rank on this host has a CPU: rank 0 waits 100 ms for ranks that join late, and spends that
+// time on its CPU (spinning) or asleep.
+TEST(Spin, ASmallOperationSpinsOnlyWhenEveryRankOnThisHostHasACpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  const int cpus = CPU_COUNT(&set);
+  std::vector<int> worlds = {2};
+  if (cpus + 1 <= 8) worlds.push_back(cpus + 1);
+  for (int n : worlds) {
+    World world(n, [](CommConfig& c) {
+      c.spin_wait = milliseconds(400);
+      c.hand_off_delay = std::chrono::seconds(10);  // the waiting thread runs it
+    });
+    std::chrono::nanoseconds cpu{0};
+    world.run([&](int r, Communicator& comm) {
+      std::vector<float> buf(16, 1.0f);
+      if (r != 0) std::this_thread::sleep_for(milliseconds(100));
+      auto w = comm.allreduce(Buffer{DType::F32, buf.data(), buf.size()}, {});
+      const auto c0 = thread_cpu_time();
+      w->wait();
+      if (r == 0) cpu = thread_cpu_time() - c0;
+      EXPECT_EQ(buf[0], static_cast<float>(n));
+    });
+    if (n <= cpus) {
+      EXPECT_GT(cpu, milliseconds(40)) << n << " ranks on " << cpus << " CPUs: did not spin";
+    } else {
+      EXPECT_LT(cpu, milliseconds(40)) << n << " ranks on " << cpus << " CPUs: spun";
+    }
+  }
+}
+
+// Spinning ends at the operation's deadline, however long spin_wait is.
+TEST(Spin, SpinningDoesNotOverrunTheDeadline) {
+  World world(2, [](CommConfig& c) {
+    c.spin_wait = std::chrono::seconds(30);
+    c.timeout = milliseconds(300);
+  });
+  std::vector<float> buf(16, 1.0f);
+  auto w = world[0].allreduce(Buffer{DType::F32, buf.data(), buf.size()}, {});
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THROW(w->wait(), CollectiveTimeoutError);  // rank 1 never joins
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
 
 TEST(WaitingThread, WorkOutlivesItsCommunicator) {

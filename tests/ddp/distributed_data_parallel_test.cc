@@ -20,9 +20,7 @@ struct Net : torch::nn::Module {
     fc2 = register_module("fc2", torch::nn::Linear(64, 32));
     fc3 = register_module("fc3", torch::nn::Linear(32, 5));
   }
-  torch::Tensor forward(torch::Tensor x) {
-    return fc3(torch::relu(fc2(torch::relu(fc1(x)))));
-  }
+  torch::Tensor forward(torch::Tensor x) { return fc3(torch::relu(fc2(torch::relu(fc1(x))))); }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
 };
 
@@ -36,7 +34,8 @@ void run_ranks(int world, const std::function<void(int, comm::Communicator&)>& f
       try {
         torch::set_num_threads(1);
         auto c = comm::Communicator::create(
-            store, {.rank = r, .size = world, .token = "ddp-test", .timeout = std::chrono::seconds(20)});
+            store,
+            {.rank = r, .size = world, .token = "ddp-test", .timeout = std::chrono::seconds(20)});
         fn(r, *c);
       } catch (...) {
         errors[r] = std::current_exception();
@@ -75,11 +74,14 @@ TEST(DistributedDataParallel, GradientsAreTheAverageOfEveryRanksGradients) {
   std::vector<torch::Tensor> expected;
   for (int r = 0; r < world; ++r) {
     ref->zero_grad();
-    torch::nn::functional::cross_entropy(ref->forward(batch_for(r, 0)), labels_for(r, 0)).backward();
+    torch::nn::functional::cross_entropy(ref->forward(batch_for(r, 0)), labels_for(r, 0))
+        .backward();
     int i = 0;
     for (auto& p : ref->parameters()) {
-      if (r == 0) expected.push_back(p.grad().clone());
-      else expected[i] += p.grad();
+      if (r == 0)
+        expected.push_back(p.grad().clone());
+      else
+        expected[i] += p.grad();
       ++i;
     }
   }
@@ -100,7 +102,8 @@ TEST(DistributedDataParallel, GradientsAreTheAverageOfEveryRanksGradients) {
   for (int r = 0; r < world; ++r) {
     ASSERT_EQ(got[r].size(), expected.size());
     for (size_t i = 0; i < expected.size(); ++i) {
-      EXPECT_TRUE(torch::allclose(got[r][i], expected[i], 1e-5, 1e-6)) << "rank " << r << " param " << i;
+      EXPECT_TRUE(torch::allclose(got[r][i], expected[i], 1e-5, 1e-6))
+          << "rank " << r << " param " << i;
       // Every rank holds the very same bits.
       EXPECT_TRUE(torch::equal(got[r][i], got[0][i])) << "rank " << r << " param " << i;
     }
@@ -147,10 +150,8 @@ TEST(DistributedDataParallel, CompressesBucketsAboveTheThresholdAndCountsTheByte
       compress::CompressionOptions o;
       o.method = compress ? compress::Method::Int8 : compress::Method::None;
       o.min_bytes = 8192;
-      DistributedDataParallel ddp(model, c,
-                                  {.bucket_bytes = 8 * 1024,
-                                   .first_bucket_bytes = 8 * 1024,
-                                   .compression = o});
+      DistributedDataParallel ddp(
+          model, c, {.bucket_bytes = 8 * 1024, .first_bucket_bytes = 8 * 1024, .compression = o});
       model->zero_grad();
       ddp.backward(torch::nn::functional::cross_entropy(model->forward(batch_for(rank, 0)),
                                                         labels_for(rank, 0)));
@@ -185,6 +186,37 @@ TEST(DistributedDataParallel, CompressesBucketsAboveTheThresholdAndCountsTheByte
   }
 }
 
+// Top-k warms up for 10 steps. A fresh job's first backward is a plain allreduce; a job resumed at
+// step 10 (set_step) compresses from its first backward on.
+TEST(DistributedDataParallel, AJobResumedPastTheWarmUpCompressesAtOnce) {
+  const int world = 2;
+  std::vector<double> ratio_fresh(world), ratio_resumed(world);
+  run_ranks(world, [&](int rank, comm::Communicator& c) {
+    for (int64_t step : {int64_t{0}, int64_t{10}}) {
+      auto model = [] {
+        std::lock_guard lock(generator_mutex());
+        torch::manual_seed(7);
+        return std::make_shared<Net>();
+      }();
+      compress::CompressionOptions o;
+      o.method = compress::Method::TopK;
+      o.topk_ratio = 0.01;
+      o.topk_warmup_steps = 10;
+      o.min_bytes = 0;
+      DistributedDataParallel ddp(model, c, {.compression = o});
+      ddp.set_step(step);
+      model->zero_grad();
+      ddp.backward(torch::nn::functional::cross_entropy(model->forward(batch_for(rank, 0)),
+                                                        labels_for(rank, 0)));
+      (step == 0 ? ratio_fresh : ratio_resumed)[rank] = ddp.stats().compression_ratio();
+    }
+  });
+  for (int r = 0; r < world; ++r) {
+    EXPECT_LT(ratio_fresh[r], 1.1) << "rank " << r << ": the fresh job did not warm up";
+    EXPECT_GT(ratio_resumed[r], 5.0) << "rank " << r << ": the resumed job warmed up again";
+  }
+}
+
 TEST(DistributedDataParallel, BucketsFollowBackwardOrderAndCapacity) {
   run_ranks(1, [&](int, comm::Communicator& c) {
     auto model = std::make_shared<Net>();
@@ -192,7 +224,8 @@ TEST(DistributedDataParallel, BucketsFollowBackwardOrderAndCapacity) {
     // fc3 (165 floats) and fc2's bias (32) take 788 bytes; fc2's weight (2048 floats) takes the
     // bucket past 8 KiB and closes it - it joins the small tensors before it rather than waiting
     // in the next bucket. fc1 (1344 floats) is the rest.
-    DistributedDataParallel ddp(model, c, {.bucket_bytes = 8 * 1024, .first_bucket_bytes = 8 * 1024});
+    DistributedDataParallel ddp(model, c,
+                                {.bucket_bytes = 8 * 1024, .first_bucket_bytes = 8 * 1024});
     auto layout = ddp.bucket_layout();
     ASSERT_EQ(layout.size(), 2u);
     EXPECT_EQ(layout[0], (std::vector<size_t>{5, 4, 3, 2}));

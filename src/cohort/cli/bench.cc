@@ -54,6 +54,8 @@ constexpr const char* kUsage =
     "                     (CommConfig::socket_buffer_bytes, default 256K)\n"
     "  --ring-window K    ring segments per step and round (CommConfig::ring_window,\n"
     "                     default 1; 0: a whole block per step)\n"
+    "  --spin-us US       how long a small operation polls before it sleeps\n"
+    "                     (CommConfig::spin_wait, default 20; 0: never)\n"
     "  --json             one JSON object per line instead of a table\n"
     "\n"
     "Time is the median over iterations of the slowest rank's time; algbw = bytes / time and\n"
@@ -61,6 +63,7 @@ constexpr const char* kUsage =
 
 const std::set<std::string> kValueFlags = {
     "ranks", "sizes", "algo", "iters", "warmup", "timeout", "chunk", "socket-buffer", "ring-window",
+    "spin-us",
     // hidden: a rank spawned by the launcher, and the fault drills of the fault tests
     "worker-rank", "store", "fault", "fault-rank", "fault-after-iters"};
 const std::set<std::string> kBoolFlags = {"json", "help"};
@@ -106,6 +109,7 @@ BenchOptions parse_options(const Args& a) {
     o.socket_buffer_bytes = static_cast<long>(bytes_in("socket-buffer", 0, uint64_t{1} << 30));
   }
   if (a.has("ring-window")) o.ring_window = int_in("ring-window", 0, 0, 1 << 20);
+  if (a.has("spin-us")) o.spin_us = int_in("spin-us", 0, 0, 1000000);
   o.json = a.has("json");
   if (auto f = a.get("fault")) {
     if (*f == "kill")

@@ -83,6 +83,7 @@ class Worker {
     if (o_.socket_buffer_bytes >= 0)
       config.socket_buffer_bytes = static_cast<int>(o_.socket_buffer_bytes);
     if (o_.ring_window >= 0) config.ring_window = static_cast<size_t>(o_.ring_window);
+    if (o_.spin_us >= 0) config.spin_wait = std::chrono::microseconds(o_.spin_us);
     comm_ = comm::Communicator::create(store_, config);
     for (size_t s = 0; s < o_.sizes.size(); ++s) run_size(s);
     wait(comm_->barrier());

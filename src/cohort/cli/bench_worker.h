@@ -37,6 +37,7 @@ struct BenchOptions {
   uint64_t chunk_bytes = 0;
   long socket_buffer_bytes = -1;
   long ring_window = -1;
+  long spin_us = -1;
   bool json = false;
   FaultDrill fault;
 };

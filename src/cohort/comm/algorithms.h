@@ -22,9 +22,10 @@ struct OpContext {
   Counters& counters;
   OpId id;
   Deadline deadline;
-  size_t chunk_bytes;             // pipeline segment size
-  std::vector<uint8_t>& scratch;  // reusable temporary memory, grown on demand
-  size_t ring_window = 0;         // segments per step in each round of a ring (0: a whole block)
+  size_t chunk_bytes;                // pipeline segment size
+  std::vector<uint8_t>& scratch;     // reusable temporary memory, grown on demand
+  size_t ring_window = 0;            // segments per step in each round of a ring (0: a whole block)
+  std::chrono::nanoseconds spin{0};  // how long a wait polls before it sleeps (exchange())
 
   int rank() const { return mesh.rank(); }
   int size() const { return mesh.size(); }
@@ -32,7 +33,9 @@ struct OpContext {
     if (scratch.size() < n) scratch.resize(n);
     return scratch.data();
   }
-  void run(SendPlan* send, RecvPlan* recv) { exchange(mesh, counters, id, send, recv, deadline); }
+  void run(SendPlan* send, RecvPlan* recv) {
+    exchange(mesh, counters, id, send, recv, deadline, spin);
+  }
   // Elements per pipeline segment for this operation's dtype (at least one).
   size_t segment_elems() const {
     size_t n = chunk_bytes / dtype_size(id.dtype);

@@ -73,6 +73,12 @@ struct CommConfig {
   size_t hand_off_bytes = 64 << 10;
   std::chrono::microseconds hand_off_delay{200};
   std::chrono::microseconds hand_off_delay_max{3200};
+  // An operation of at most `hand_off_bytes` that waits for its sockets polls them for up to
+  // `spin_wait` before it sleeps: its peer's reply then costs no thread wake-up. Only when this
+  // host has a CPU for each of the ranks on it (counted from the mesh's local connections and
+  // this process's CPU affinity); with more ranks than CPUs, spinning would take the CPU from the
+  // rank that is to send the data. Zero: never spin.
+  std::chrono::microseconds spin_wait{20};
 };
 
 // Totals since the communicator was created (all ranks' own view).

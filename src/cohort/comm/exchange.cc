@@ -58,8 +58,9 @@ struct RecvState {
 
 class Engine {
  public:
-  Engine(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, RecvPlan* recv)
-      : mesh_(mesh), counters_(counters), id_(id) {
+  Engine(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, RecvPlan* recv,
+         std::chrono::nanoseconds spin)
+      : mesh_(mesh), counters_(counters), id_(id), spin_(spin) {
     if (send && send->count > 0) {
       s_.plan = send;
       s_.fd = mesh.peer(send->peer).fd();
@@ -298,12 +299,16 @@ class Engine {
         fds[n++] = {r_.fd, POLLIN, 0};
       }
     }
+    const auto t0 = std::chrono::steady_clock::now();
+    // Spin first (see exchange()): poll without sleeping until the spin time is up.
+    for (int rc; spin_.count() > 0;) {
+      rc = ::poll(fds, n, 0);
+      if (rc > 0) return ready(fds, n, t0);
+      if (rc < 0 && errno != EINTR) throw SystemError("poll", errno);
+      if (std::chrono::steady_clock::now() - t0 >= spin_ || deadline.expired()) break;
+    }
     for (;;) {
-      const auto t0 = std::chrono::steady_clock::now();
       int rc = ::poll(fds, n, deadline.poll_timeout_ms());
-      if (OpTiming* timing = t_op_timing) {
-        timing->wait_ns += (std::chrono::steady_clock::now() - t0).count();
-      }
       if (rc > 0) break;
       if (rc < 0 && errno != EINTR) throw SystemError("poll", errno);
       if (rc == 0 && deadline.expired()) {
@@ -313,6 +318,14 @@ class Engine {
         throw StallError(s_.plan->peer,
                          "waiting for " + rank_str(s_.plan->peer) + " to take this rank's data");
       }
+    }
+    ready(fds, n, t0);
+  }
+
+  // Marks the sockets poll found ready as unblocked; the wait took since t0.
+  void ready(const pollfd* fds, nfds_t n, std::chrono::steady_clock::time_point t0) {
+    if (OpTiming* timing = t_op_timing) {
+      timing->wait_ns += (std::chrono::steady_clock::now() - t0).count();
     }
     for (nfds_t k = 0; k < n; ++k) {
       const short ev = fds[k].revents;
@@ -325,6 +338,7 @@ class Engine {
   Mesh& mesh_;
   Counters& counters_;
   const OpId& id_;
+  const std::chrono::nanoseconds spin_;
   SendState s_;
   RecvState r_;
 };
@@ -332,13 +346,13 @@ class Engine {
 }  // namespace
 
 void exchange(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, RecvPlan* recv,
-              Deadline deadline) {
+              Deadline deadline, std::chrono::nanoseconds spin) {
   if (OpTiming* timing = t_op_timing) {
     for (int peer : {send ? send->peer : -1, recv ? recv->peer : -1}) {
       if (peer >= 0) timing->peers |= uint64_t{1} << std::min(peer, 63);
     }
   }
-  Engine(mesh, counters, id, send, recv).run(deadline);
+  Engine(mesh, counters, id, send, recv, spin).run(deadline);
 }
 
 }  // namespace cohort::comm

@@ -1,14 +1,13 @@
 #include "cohort/comm/mesh.h"
 
 #include <poll.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <optional>
-
-#include <spdlog/spdlog.h>
 
 #include "cohort/base/error.h"
 #include "cohort/net/handshake.h"
@@ -75,8 +74,8 @@ Mesh Mesh::connect(store::Store& store, const MeshOptions& o) {
     }
     throw TimeoutError("communicator setup: rank " + std::to_string(o.rank) + " of " +
                        std::to_string(o.size) + " timed out after " +
-                       std::to_string(o.timeout.count()) + " ms; ranks never connected: " +
-                       join_ranks(missing) + " (" + why + ")");
+                       std::to_string(o.timeout.count()) +
+                       " ms; ranks never connected: " + join_ranks(missing) + " (" + why + ")");
   };
 
   net::Listener listener = net::Listener::bind(o.bind_host, 0);
@@ -200,6 +199,7 @@ Mesh Mesh::connect(store::Store& store, const MeshOptions& o) {
     s.set_nonblocking(true);
     s.set_nodelay(true);
     if (o.socket_buffer_bytes > 0) s.set_buffer_sizes(o.socket_buffer_bytes);
+    if (s.peer_is_local()) ++m.ranks_on_this_host_;
   }
   return m;
 }

@@ -54,6 +54,8 @@ class Mesh {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // Ranks of this mesh on this host, this one included (peers whose connection is local).
+  int ranks_on_this_host() const { return ranks_on_this_host_; }
   // Non-blocking, TCP_NODELAY socket to peer (peer != rank()).
   net::Socket& peer(int r) { return peers_[static_cast<size_t>(r)]; }
   std::deque<StashedMessage>& stash(int r) { return stash_[static_cast<size_t>(r)]; }
@@ -65,6 +67,7 @@ class Mesh {
  private:
   int rank_ = 0;
   int size_ = 1;
+  int ranks_on_this_host_ = 1;
   std::vector<net::Socket> peers_;
   std::vector<std::deque<StashedMessage>> stash_;
 };

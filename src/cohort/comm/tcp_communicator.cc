@@ -1,10 +1,12 @@
 #include "cohort/comm/tcp_communicator.h"
 
+#include <sched.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <limits>
 #include <mutex>
+#include <thread>
 
 #include "cohort/base/error.h"
 
@@ -17,6 +19,14 @@ constexpr Millis kFailureRecordWait{200};
 // The most that diagnosing a failure adds to an operation's deadline: the grace period of a timeout
 // (at most 2 s) or kFailureRecordWait, plus the store round trips.
 constexpr Millis kDiagnosisBound{3000};
+
+// CPUs this process may run on (its affinity mask; cgroup cpusets narrow it too).
+int usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 std::string join(const std::vector<int>& ranks) {
   std::string s;
@@ -97,7 +107,9 @@ TcpCommunicator::TcpCommunicator(store::Store& store, const CommConfig& config, 
                                              config.rank, config.flight_recorder_entries)),
       runner_(std::make_shared<Runner>(this)),
       hand_off_delay_(config.hand_off_delay),
-      hand_off_delay_max_(std::max(config.hand_off_delay, config.hand_off_delay_max)) {
+      hand_off_delay_max_(std::max(config.hand_off_delay, config.hand_off_delay_max)),
+      spin_(mesh_.size() > 1 && mesh_.ranks_on_this_host() <= usable_cpus() ? config.spin_wait
+                                                                            : Clock::duration{}) {
   recorder_->restart();
   thread_ = std::thread([this] { loop(); });
 }
@@ -143,6 +155,7 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype, size_t 
   op.timeout = timeout.count() > 0 ? timeout : config_.timeout;
   op.body = std::move(body);
   const bool deferred = bytes <= config_.hand_off_bytes && config_.hand_off_delay.count() > 0;
+  if (bytes <= config_.hand_off_bytes) op.spin = spin_;
   std::exception_ptr fatal;
   std::shared_ptr<Work> work;
   bool wake = false;
@@ -454,7 +467,8 @@ void TcpCommunicator::execute(Op& op) {
                 .deadline = Deadline::after(op.timeout),
                 .chunk_bytes = config_.chunk_bytes,
                 .scratch = scratch_,
-                .ring_window = config_.ring_window};
+                .ring_window = config_.ring_window,
+                .spin = op.spin};
   try {
     if (collective && config_.check_collectives && mesh_.size() > 1) check_fingerprint(ctx, op);
     op.body(ctx);

@@ -59,6 +59,7 @@ class TcpCommunicator final : public Communicator {
     std::chrono::milliseconds timeout{0};
     // Until then only a thread waiting on the operation runs it (CommConfig::hand_off_delay).
     Clock::time_point hand_off_at{};
+    std::chrono::nanoseconds spin{0};  // CommConfig::spin_wait where it applies
     std::function<void(OpContext&)> body;
   };
 
@@ -108,6 +109,7 @@ class TcpCommunicator final : public Communicator {
   std::shared_ptr<Runner> runner_;  // handed to every Work; outlives this communicator
   Clock::duration hand_off_delay_;  // now (CommConfig::hand_off_delay adapts); under mu_
   const Clock::duration hand_off_delay_max_;
+  const std::chrono::nanoseconds spin_;  // for small operations: spin_wait or 0 (oversubscribed)
   std::thread thread_;
 };
 
