@@ -84,17 +84,25 @@ struct RingOrder {
   size_t count() const { return steps * segments; }
   // Step and segment of item i.
   void at(size_t i, size_t* step, size_t* segment) const {
-    const size_t round = i / (steps * window), first = round * window;
-    const size_t width = std::min(window, segments - first), j = i - round * steps * window;
-    *step = j / width;
-    *segment = first + j % width;
+    const Place p = place(i);
+    *step = p.j / p.width;
+    *segment = p.first + p.j % p.width;
   }
   // Items that must have been received before item i may be sent: step s of a segment forwards
   // step s - 1 of it, received `width` items earlier in the same order.
   size_t needs(size_t i) const {
+    const Place p = place(i);
+    return p.j < p.width ? 0 : i - p.width + 1;
+  }
+
+ private:
+  // Item i is item j of the round whose segments are [first, first + width).
+  struct Place {
+    size_t first, width, j;
+  };
+  Place place(size_t i) const {
     const size_t round = i / (steps * window), first = round * window;
-    const size_t width = std::min(window, segments - first), j = i - round * steps * window;
-    return j < width ? 0 : i - width + 1;
+    return {first, std::min(window, segments - first), i - round * steps * window};
   }
 };
 
