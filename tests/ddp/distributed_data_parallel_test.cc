@@ -55,6 +55,13 @@ std::mutex& generator_mutex() {
   return m;
 }
 
+// A Net whose initial weights come from `seed` alone, whatever the other rank threads draw.
+std::shared_ptr<Net> seeded_net(uint64_t seed) {
+  std::lock_guard lock(generator_mutex());
+  torch::manual_seed(seed);
+  return std::make_shared<Net>();
+}
+
 torch::Tensor batch_for(int rank, int step) {
   std::lock_guard lock(generator_mutex());
   torch::manual_seed(1000 + 17 * rank + step);
@@ -69,8 +76,7 @@ torch::Tensor labels_for(int rank, int step) {
 TEST(DistributedDataParallel, GradientsAreTheAverageOfEveryRanksGradients) {
   const int world = 3;
   // Reference: each rank's local gradient computed on one model, averaged by hand.
-  torch::manual_seed(7);
-  auto ref = std::make_shared<Net>();
+  auto ref = seeded_net(7);
   std::vector<torch::Tensor> expected;
   for (int r = 0; r < world; ++r) {
     ref->zero_grad();
@@ -89,8 +95,7 @@ TEST(DistributedDataParallel, GradientsAreTheAverageOfEveryRanksGradients) {
 
   std::vector<std::vector<torch::Tensor>> got(world);
   run_ranks(world, [&](int rank, comm::Communicator& c) {
-    torch::manual_seed(7);  // same init as the reference
-    auto model = std::make_shared<Net>();
+    auto model = seeded_net(7);  // same init as the reference
     // Tiny buckets: several allreduces per backward, overlapping with it.
     DistributedDataParallel ddp(model, c, {.bucket_bytes = 2048, .first_bucket_bytes = 512});
     EXPECT_GT(ddp.bucket_count(), 2u);
@@ -115,8 +120,7 @@ TEST(DistributedDataParallel, ReplicasStayBitwiseIdenticalOverManySteps) {
   std::vector<std::string> digests(world);
   std::vector<std::string> initial(world);
   run_ranks(world, [&](int rank, comm::Communicator& c) {
-    torch::manual_seed(100 + rank);  // different inits: the broadcast must make them equal
-    auto model = std::make_shared<Net>();
+    auto model = seeded_net(100 + rank);  // different inits: the broadcast must make them equal
     DistributedDataParallel ddp(model, c, {.bucket_bytes = 8192, .first_bucket_bytes = 2048});
     initial[rank] = ddp.parameter_digest();
     torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
@@ -140,11 +144,7 @@ TEST(DistributedDataParallel, CompressesBucketsAboveTheThresholdAndCountsTheByte
   std::vector<DdpStats> stats(world);
   for (bool compress : {false, true}) {
     run_ranks(world, [&](int rank, comm::Communicator& c) {
-      auto model = [] {
-        std::lock_guard lock(generator_mutex());
-        torch::manual_seed(7);
-        return std::make_shared<Net>();
-      }();
+      auto model = seeded_net(7);
       // Two buckets (see BucketsFollowBackwardOrderAndCapacity): 8980 bytes (fc3, fc2) and 5376
       // (fc1). With an 8 KiB threshold only the first is compressed.
       compress::CompressionOptions o;
@@ -193,11 +193,7 @@ TEST(DistributedDataParallel, AJobResumedPastTheWarmUpCompressesAtOnce) {
   std::vector<double> ratio_fresh(world), ratio_resumed(world);
   run_ranks(world, [&](int rank, comm::Communicator& c) {
     for (int64_t step : {int64_t{0}, int64_t{10}}) {
-      auto model = [] {
-        std::lock_guard lock(generator_mutex());
-        torch::manual_seed(7);
-        return std::make_shared<Net>();
-      }();
+      auto model = seeded_net(7);
       compress::CompressionOptions o;
       o.method = compress::Method::TopK;
       o.topk_ratio = 0.01;
@@ -233,11 +229,82 @@ TEST(DistributedDataParallel, BucketsFollowBackwardOrderAndCapacity) {
   });
 }
 
+struct NormNet : torch::nn::Module {
+  NormNet() {
+    fc = register_module("fc", torch::nn::Linear(20, 16));
+    bn = register_module("bn", torch::nn::BatchNorm1d(16));
+    out = register_module("out", torch::nn::Linear(16, 5));
+  }
+  torch::Tensor forward(torch::Tensor x) { return out(torch::relu(bn(fc(x)))); }
+  torch::nn::Linear fc{nullptr}, out{nullptr};
+  torch::nn::BatchNorm1d bn{nullptr};
+};
+
+std::shared_ptr<NormNet> seeded_norm_net(uint64_t seed) {
+  std::lock_guard lock(generator_mutex());
+  torch::manual_seed(seed);
+  return std::make_shared<NormNet>();
+}
+
+// Each rank's forward updates the running statistics from its own batch. After every backward
+// they are rank 0's (broadcast) or the ranks' average (average) on every rank; with none they
+// stay each rank's own, and the parameter check names the buffer that drifted.
+TEST(DistributedDataParallel, BuffersAreSynchronisedAtEveryStep) {
+  const int world = 3;
+  for (BufferSync mode : {BufferSync::Broadcast, BufferSync::Average, BufferSync::None}) {
+    SCOPED_TRACE(std::string(buffer_sync_name(mode)));
+    // Per step and rank: the running mean after this rank's forward, and after the step.
+    std::vector<std::vector<torch::Tensor>> local(world), synced(world);
+    std::vector<std::string> check_error(world);
+    run_ranks(world, [&](int rank, comm::Communicator& c) {
+      auto model = seeded_norm_net(7);
+      DistributedDataParallel ddp(model, c, {.buffers = mode});
+      torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.05));
+      for (int step = 0; step < 3; ++step) {
+        opt.zero_grad();
+        auto loss = torch::nn::functional::cross_entropy(model->forward(batch_for(rank, step)),
+                                                         labels_for(rank, step));
+        local[rank].push_back(model->bn->running_mean.clone());
+        ddp.backward(loss);
+        opt.step();
+        synced[rank].push_back(model->bn->running_mean.clone());
+      }
+      EXPECT_EQ(model->bn->num_batches_tracked.item<int64_t>(), 3);
+      try {
+        ddp.check_parameters("the end");
+      } catch (const ReplicaDivergenceError& e) {
+        check_error[rank] = e.what();
+      }
+    });
+    for (int step = 0; step < 3; ++step) {
+      torch::Tensor average = (local[0][step] + local[1][step] + local[2][step]) / world;
+      EXPECT_FALSE(torch::equal(local[0][step], local[1][step])) << "different batches";
+      for (int r = 0; r < world; ++r) {
+        if (mode == BufferSync::Broadcast) {
+          EXPECT_TRUE(torch::equal(synced[r][step], local[0][step])) << "rank " << r;
+        } else if (mode == BufferSync::Average) {
+          EXPECT_TRUE(torch::allclose(synced[r][step], average, 1e-6, 1e-7)) << "rank " << r;
+          EXPECT_TRUE(torch::equal(synced[r][step], synced[0][step])) << "rank " << r;
+        } else {
+          EXPECT_TRUE(torch::equal(synced[r][step], local[r][step])) << "rank " << r;
+        }
+      }
+    }
+    for (int r = 0; r < world; ++r) {
+      if (mode == BufferSync::None) {
+        EXPECT_NE(check_error[r].find("'bn.running_mean (buffer)'"), std::string::npos)
+            << check_error[r];
+      } else {
+        EXPECT_EQ(check_error[r], "") << "rank " << r;
+      }
+    }
+  }
+}
+
 TEST(DistributedDataParallel, UnusedParameterStillSynchronises) {
   const int world = 2;
   run_ranks(world, [&](int rank, comm::Communicator& c) {
-    torch::manual_seed(3);
-    auto model = std::make_shared<Net>();
+    auto model = seeded_net(3);
     DistributedDataParallel ddp(model, c, {.bucket_bytes = 4096, .first_bucket_bytes = 1024});
     model->zero_grad();
     // Only fc1 takes part: the other buckets are exchanged as zeros and nothing hangs.
@@ -253,8 +320,7 @@ TEST(DistributedDataParallel, OptimizerStateIsBroadcastFromRoot) {
   const int world = 2;
   std::vector<std::string> digests(world);
   run_ranks(world, [&](int rank, comm::Communicator& c) {
-    torch::manual_seed(11);
-    auto model = std::make_shared<Net>();
+    auto model = seeded_net(11);
     DistributedDataParallel ddp(model, c);
     torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     if (rank == 0) {  // only rank 0 builds momentum, locally
