@@ -1,10 +1,9 @@
 // End to end: `cohort run` with real worker processes, on Fashion-MNIST from the Debian package.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <fcntl.h>
 
 #include <algorithm>
 #include <array>
@@ -28,14 +27,18 @@ namespace {
 using cohort::e2e::Result;
 using cohort::e2e::sh;
 
-fs::path fresh_dir(const std::string& name) { return cohort::e2e::fresh_dir("e2e", name); }
+fs::path fresh_dir(const std::string& name) {
+  return cohort::e2e::fresh_dir("e2e", name);
+}
 
 json read_json(const fs::path& p) {
   std::ifstream in(p);
   return json::parse(in);
 }
 
-std::string cohort() { return COHORT_BINARY; }
+std::string cohort() {
+  return COHORT_BINARY;
+}
 std::string example(const std::string& name) {
   return std::string(COHORT_SOURCE_DIR) + "/examples/" + name;
 }
@@ -43,8 +46,8 @@ std::string example(const std::string& name) {
 TEST(RunJob, TwoWorkersTrainTheCnnToTheTargetAccuracy) {
   auto dir = fresh_dir("cnn");
   auto r = sh(cohort() + " run " + example("fashion-cnn.yaml") + " --run-dir " + dir.string() +
-              " --set workers=2 --set train.epochs=1",
-             /*limit_s=*/560);
+                  " --set workers=2 --set train.epochs=1",
+              /*limit_s=*/560);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto s = read_json(dir / "summary.json");
   EXPECT_EQ(s["status"], "completed");
@@ -137,6 +140,38 @@ TEST(RunJob, ResumeContinuesBitwiseExactly) {
   fs::remove_all(split);
 }
 
+// The resnet's BatchNorm running statistics are updated by each worker's own batches; with
+// comm.buffers (default broadcast) every step leaves both replicas with the same ones, which the
+// parameter check at every step (debug.check_params_every, buffers included) proves; without it
+// the check names the first buffer that drifted apart.
+TEST(RunJob, ResNetReplicasKeepTheSameBatchNormStatistics) {
+  auto synced = fresh_dir("bn-synced"), local = fresh_dir("bn-local");
+  auto job = synced.parent_path() / "bn-resnet.yaml";
+  {
+    std::ofstream f(job);
+    f << "name: bn-resnet\nworkers: 2\nmodel: {name: resnet}\n"
+         "data: {name: synthetic, samples: 512, shape: [3, 8, 8], classes: 4}\n"
+         "train: {epochs: 1, max_steps: 6, batch_size: 32, log_every_steps: 2}\n"
+         "checkpoint: {every_steps: 0}\ndebug: {check_params_every: 1}\n";
+  }
+  auto a = sh(cohort() + " run " + job.string() + " --run-dir " + synced.string());
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  auto s = read_json(synced / "summary.json");
+  EXPECT_EQ(s["status"], "completed");
+  EXPECT_EQ(s["steps"], 6);
+
+  auto b = sh(cohort() + " run " + job.string() + " --run-dir " + local.string() +
+              " --set comm.buffers=none");
+  EXPECT_NE(b.exit_code, 0) << b.output;
+  std::string logs = b.output;
+  for (const auto& e : fs::directory_iterator(local / "logs")) logs += cohort::e2e::slurp(e.path());
+  EXPECT_NE(logs.find("parameters diverged at step 1"), std::string::npos) << logs;
+  EXPECT_NE(logs.find("running_mean (buffer)"), std::string::npos) << logs;
+  fs::remove_all(synced);
+  fs::remove_all(local);
+  fs::remove(job);
+}
+
 TEST(RunJob, WorkersStartedElsewhereJoinTheCoordinator) {
   // What mpirun or srun would do: the launcher only coordinates; workers join with the token file.
   auto dir = fresh_dir("external");
@@ -145,8 +180,9 @@ TEST(RunJob, WorkersStartedElsewhereJoinTheCoordinator) {
   std::string join = " worker --join 127.0.0.1:" + std::to_string(port) + " --token-file " + token;
   std::string cmd = "sh -c '" + cohort() + " run " + example("fashion-mlp.yaml") + " --run-dir " +
                     (dir / "run").string() + " --set workers=2 --set train.max_steps=40" +
-                    " --external-workers --port " + std::to_string(port) + " --token-file " + token +
-                    " & while [ ! -s " + token + " ]; do sleep 0.1; done; " + cohort() + join + " & " + cohort() + join + "; wait'";
+                    " --external-workers --port " + std::to_string(port) + " --token-file " +
+                    token + " & while [ ! -s " + token + " ]; do sleep 0.1; done; " + cohort() +
+                    join + " & " + cohort() + join + "; wait'";
   auto r = sh(cmd);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto s = read_json(dir / "run" / "summary.json");
@@ -183,8 +219,8 @@ TEST(RunJob, BadJobFilesStopBeforeAnythingStarts) {
   EXPECT_NE(r.output.find("data.path"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("/nonexistent/fashion"), std::string::npos) << r.output;
 
-  r = sh(cohort() + " run " + example("fashion-mlp.yaml") + " --set train.batch_size=-1 --run-dir " +
-         (dir / "run4").string());
+  r = sh(cohort() + " run " + example("fashion-mlp.yaml") +
+         " --set train.batch_size=-1 --run-dir " + (dir / "run4").string());
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("train.batch_size"), std::string::npos) << r.output;
   fs::remove_all(dir);

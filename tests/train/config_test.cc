@@ -89,9 +89,10 @@ train:
 TEST(JobConfig, ToYamlRoundTrips) {
   for (const std::string& yaml : {
            std::string(""),
-           std::string("name: a.b_c\nworkers: 3\ntrain: {seed: 12345678901, lr_schedule: "
-                       "{scaling: linear}, drop_last: true, optimizer: {lr: 0.1, "
-                       "weight_decay: 0.0001}}\ncomm: {bucket_mb: 0.3, timeout_s: 2.5}"),
+           std::string(
+               "name: a.b_c\nworkers: 3\ntrain: {seed: 12345678901, lr_schedule: "
+               "{scaling: linear}, drop_last: true, optimizer: {lr: 0.1, "
+               "weight_decay: 0.0001}}\ncomm: {bucket_mb: 0.3, timeout_s: 2.5, buffers: average}"),
            std::string("data: {name: synthetic, samples: 100, shape: [2, 9, 7], classes: 3}\n"
                        "train: {optimizer: {name: adam, lr: 3.0e-4, betas: [0.5, 0.75]}}"),
            std::string("workers: 4\nelastic: {min_workers: 2, max_workers: 6, heartbeat_s: 0.25, "
@@ -215,8 +216,10 @@ TEST(JobConfigErrors, UnknownKeysSuggestTheClosestOne) {
   EXPECT_EQ(error_of("train: {lr: 0.1}"),
             "job.yaml:1:9: train.lr: unknown key; did you mean 'train.optimizer.lr'?");
   EXPECT_EQ(error_of("comm: {zzz: 1}"),
-            "job.yaml:1:8: comm.zzz: unknown key; valid keys: algorithm, bucket_mb, timeout_s, "
-            "compression, compression_min_kb, error_feedback, int8, topk, powersgd");
+            "job.yaml:1:8: comm.zzz: unknown key; valid keys: algorithm, bucket_mb, buffers, "
+            "timeout_s, compression, compression_min_kb, error_feedback, int8, topk, powersgd");
+  EXPECT_EQ(error_of("comm: {buffers: sync}"),
+            "job.yaml:1:17: comm.buffers: expected one of broadcast, average, none, got \"sync\"");
   EXPECT_EQ(error_of("model: {name: lenet}"),
             "job.yaml:1:15: model.name: expected one of mlp, cnn, resnet, got \"lenet\"");
   EXPECT_EQ(error_of("model: {name: resnt}"),

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #include "cohort/base/checksum.h"
@@ -46,6 +47,27 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   }
   if (options_.broadcast_on_construct) broadcast_parameters(0);
   build_buckets();
+  build_buffer_groups();
+}
+
+std::string_view buffer_sync_name(BufferSync s) {
+  switch (s) {
+    case BufferSync::Broadcast:
+      return "broadcast";
+    case BufferSync::Average:
+      return "average";
+    case BufferSync::None:
+      return "none";
+  }
+  return "?";
+}
+
+BufferSync parse_buffer_sync(std::string_view name) {
+  for (BufferSync s : {BufferSync::Broadcast, BufferSync::Average, BufferSync::None}) {
+    if (buffer_sync_name(s) == name) return s;
+  }
+  throw Error("unknown buffer synchronisation '" + std::string(name) +
+              "' (expected broadcast, average or none)");
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
@@ -59,6 +81,13 @@ DistributedDataParallel::~DistributedDataParallel() {
       wait(b);
     } catch (const std::exception&) {
       // The error was or will be reported by the communicator's users.
+    }
+  }
+  for (auto& g : buffer_groups_) {
+    try {
+      if (auto w = std::move(g.work)) w->wait();
+    } catch (const std::exception&) {
+      // As above.
     }
   }
 }
@@ -126,6 +155,55 @@ void DistributedDataParallel::build_buckets() {
   }
 }
 
+void DistributedDataParallel::build_buffer_groups() {
+  if (options_.buffers == BufferSync::None || comm_.size() == 1) return;
+  std::map<c10::ScalarType, BufferGroup> groups;
+  for (auto& b : module_->buffers(/*recurse=*/true)) {
+    if (b.numel() > 0) groups[b.scalar_type()].tensors.push_back(b);
+  }
+  for (auto& [type, g] : groups) {
+    int64_t total = 0;
+    for (const auto& t : g.tensors) total += t.numel();
+    g.flat = torch::empty({total}, g.tensors[0].options().requires_grad(false));
+    buffer_groups_.push_back(std::move(g));
+  }
+}
+
+void DistributedDataParallel::launch_buffer_sync() {
+  torch::NoGradGuard no_grad;
+  for (auto& g : buffer_groups_) {
+    if (auto w = std::move(g.work)) w->wait();  // left by a backward that threw
+    int64_t off = 0;
+    for (const auto& t : g.tensors) {
+      g.flat.narrow(0, off, t.numel()).copy_(t.detach().reshape({-1}));
+      off += t.numel();
+    }
+    const bool average = options_.buffers == BufferSync::Average && g.flat.is_floating_point();
+    if (average) {
+      g.work = comm_.allreduce(as_buffer(g.flat), {.op = comm::ReduceOp::Avg,
+                                                   .algorithm = options_.algorithm,
+                                                   .timeout = options_.timeout});
+    } else {
+      g.work = comm_.broadcast(as_buffer(g.flat), {.root = 0, .timeout = options_.timeout});
+    }
+    comm_.flight_recorder().set_label(g.work->sequence(), "buffers");
+  }
+}
+
+void DistributedDataParallel::finish_buffer_sync() {
+  torch::NoGradGuard no_grad;
+  for (auto& g : buffer_groups_) {
+    auto w = std::move(g.work);
+    if (!w) continue;
+    w->wait();
+    int64_t off = 0;
+    for (auto& t : g.tensors) {
+      t.detach().copy_(g.flat.narrow(0, off, t.numel()).view(t.sizes()));
+      off += t.numel();
+    }
+  }
+}
+
 std::vector<std::vector<size_t>> DistributedDataParallel::bucket_layout() const {
   std::vector<std::vector<size_t>> out;
   for (const auto& b : buckets_) out.push_back(b.params);
@@ -142,6 +220,8 @@ void DistributedDataParallel::start_backward() {
   comm_before_ = comm_.stats();
   next_to_launch_ = 0;
   in_backward_ = true;
+  // Before any bucket: every rank issues the buffers' collectives first.
+  launch_buffer_sync();
 }
 
 void DistributedDataParallel::on_gradient(size_t i, const torch::Tensor& grad) {
@@ -226,6 +306,7 @@ void DistributedDataParallel::finish_backward() {
 
   auto t0 = Clock::now();
   for (auto& b : buckets_) wait(b);
+  finish_buffer_sync();
   stats_.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
   const comm::CommStats now = comm_.stats();
   stats_.bytes_sent += now.bytes_sent - comm_before_.bytes_sent;
@@ -346,10 +427,15 @@ void DistributedDataParallel::check_parameters(const std::string& when) {
   const int world = comm_.size();
   std::vector<std::string> names;
   std::vector<int64_t> mine;
-  for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
-    auto t = item.value().detach().contiguous();
-    names.push_back(item.key());
+  auto add = [&](const std::string& name, const torch::Tensor& tensor) {
+    auto t = tensor.detach().contiguous();
+    names.push_back(name);
     mine.push_back(fnv1a(t.data_ptr(), static_cast<size_t>(t.numel()) * t.element_size()));
+  };
+  for (const auto& item : module_->named_parameters(/*recurse=*/true))
+    add(item.key(), item.value());
+  for (const auto& item : module_->named_buffers(/*recurse=*/true)) {
+    add(item.key() + " (buffer)", item.value());
   }
   const size_t n = mine.size();
   std::vector<int64_t> all(n * static_cast<size_t>(world));

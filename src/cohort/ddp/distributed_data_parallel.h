@@ -28,6 +28,17 @@
 
 namespace cohort::ddp {
 
+// What happens to the module's buffers (BatchNorm's running mean and variance, its batch counter)
+// at every step. Forward updates them from each rank's own batch, so without synchronisation the
+// replicas' running statistics drift apart and evaluation and checkpoints see rank 0's alone.
+enum class BufferSync {
+  Broadcast,  // rank 0's buffers go to every rank (PyTorch DDP's broadcast_buffers, its default)
+  Average,    // floating-point buffers are averaged over ranks, integer ones come from rank 0
+  None,       // buffers stay local
+};
+std::string_view buffer_sync_name(BufferSync s);      // "broadcast" | "average" | "none"
+BufferSync parse_buffer_sync(std::string_view name);  // throws Error for another name
+
 struct DdpOptions {
   // Capacity of each gradient bucket: a bucket is closed once it holds at least this much (in
   // the order backward produces gradients). The first bucket is smaller (first_bucket_bytes) so
@@ -38,6 +49,10 @@ struct DdpOptions {
   std::chrono::milliseconds timeout{0};  // 0: the communicator's default
   // Broadcast parameters and buffers from rank 0 at construction.
   bool broadcast_on_construct = true;
+  // Buffers are synchronised at every backward(): the collective starts with backward (forward
+  // has updated them by then) and finish_backward() waits for it, so replicas leave every step
+  // with the same buffers.
+  BufferSync buffers = BufferSync::Broadcast;
   // Gradient compression of f32 buckets (compress/codec.h); buckets under compression.min_bytes
   // and buckets of other types are averaged uncompressed.
   compress::CompressionOptions compression = {};
@@ -104,8 +119,8 @@ class DistributedDataParallel {
 
   // SHA-256 over every parameter's bytes in registration order, hex.
   std::string parameter_digest() const;
-  // Compares a hash of every parameter across ranks (one allgather of one 64-bit hash per
-  // tensor). Throws ReplicaDivergenceError naming the rank that differs from the majority (from
+  // Compares a hash of every parameter and buffer across ranks (one allgather of one 64-bit hash
+  // per tensor). Throws ReplicaDivergenceError naming the rank that differs from the majority (from
   // rank 0 on a tie) and the first differing tensor; `when` goes into the message ("step 20").
   void check_parameters(const std::string& when);
 
@@ -132,7 +147,17 @@ class DistributedDataParallel {
     unsigned hook = 0;
   };
 
+  // The module's buffers of one dtype, flattened for one collective per step.
+  struct BufferGroup {
+    std::vector<torch::Tensor> tensors;
+    torch::Tensor flat;
+    std::shared_ptr<comm::Work> work;
+  };
+
   void build_buckets();
+  void build_buffer_groups();
+  void launch_buffer_sync();
+  void finish_buffer_sync();
   void on_gradient(size_t param_index, const torch::Tensor& grad);
   void launch_ready_buckets();
   void launch(Bucket& b);
@@ -145,6 +170,7 @@ class DistributedDataParallel {
   DdpOptions options_;
   std::vector<ParamSlot> params_;
   std::vector<Bucket> buckets_;
+  std::vector<BufferGroup> buffer_groups_;
   size_t next_to_launch_ = 0;
   bool in_backward_ = false;
   comm::CommStats comm_before_;  // the communicator's counters at start_backward()

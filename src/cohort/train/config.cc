@@ -33,7 +33,7 @@ const Schema& schema() {
       {"train.optimizer", {"name", "lr", "momentum", "weight_decay", "betas", "eps"}},
       {"train.lr_schedule", {"warmup_steps", "scaling"}},
       {"comm",
-       {"algorithm", "bucket_mb", "timeout_s", "compression", "compression_min_kb",
+       {"algorithm", "bucket_mb", "buffers", "timeout_s", "compression", "compression_min_kb",
         "error_feedback", "int8", "topk", "powersgd"}},
       {"comm.int8", {"chunk", "stochastic_rounding"}},
       {"comm.topk", {"ratio", "warmup_steps"}},
@@ -76,6 +76,7 @@ constexpr auto kScalings = {LrScaling::None, LrScaling::Linear};
 constexpr auto kFaultKinds = {FaultKind::Kill, FaultKind::Hang, FaultKind::Slow,
                               FaultKind::Disconnect};
 const std::vector<std::string> kAlgorithms = {"auto", "ring", "halving_doubling"};
+const std::vector<std::string> kBufferSyncs = {"broadcast", "average", "none"};
 const std::vector<std::string> kCompressions = {"none", "fp16", "bf16", "int8", "topk", "powersgd"};
 
 bool is_dir(const std::string& path) {
@@ -417,8 +418,8 @@ JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
   if (auto s = r.get_choice(model, "model.name", names(kModels, model_kind_name))) {
     c.model.name = parse_enum(*s, kModels, model_kind_name);
   }
-  if (auto s = r.get_choice(model, "model.memory_format",
-                            names(kMemoryFormats, memory_format_name))) {
+  if (auto s =
+          r.get_choice(model, "model.memory_format", names(kMemoryFormats, memory_format_name))) {
     c.model.memory_format = parse_enum(*s, kMemoryFormats, memory_format_name);
   }
   read_data(r, root, opt, c.data);
@@ -435,6 +436,7 @@ JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
           r.get_number(comm, "comm.bucket_mb", 0, true, 4096, false, "a number in (0, 4096]")) {
     c.comm.bucket_mb = *v;
   }
+  if (auto s = r.get_choice(comm, "comm.buffers", kBufferSyncs)) c.comm.buffers = *s;
   if (auto v = r.get_number(comm, "comm.timeout_s", 0, true, 86400, false,
                             "a number of seconds in (0, 86400]")) {
     c.comm.timeout_s = *v;
@@ -599,6 +601,7 @@ std::string to_yaml(const JobConfig& c) {
   out << YAML::Key << "comm" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "algorithm" << YAML::Value << c.comm.algorithm;
   num("bucket_mb", c.comm.bucket_mb);
+  out << YAML::Key << "buffers" << YAML::Value << c.comm.buffers;
   num("timeout_s", c.comm.timeout_s);
   out << YAML::Key << "compression" << YAML::Value << c.comm.compression;
   num("compression_min_kb", c.comm.compression_min_kb);

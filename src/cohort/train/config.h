@@ -79,6 +79,9 @@ struct TrainConfig {
 struct CommConfig {
   std::string algorithm = "auto";  // auto | ring | halving_doubling (comm::parse_algorithm)
   double bucket_mb = 25.0;
+  // The model's buffers (BatchNorm's running statistics) at every step: broadcast from rank 0 |
+  // average | none (ddp::BufferSync).
+  std::string buffers = "broadcast";
   double timeout_s = 30.0;
   // Gradient compression (compress/codec.h): none | fp16 | bf16 | int8 | topk | powersgd, and
   // the options of each codec (comm.int8.*, comm.topk.*, comm.powersgd.*).

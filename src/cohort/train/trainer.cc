@@ -393,11 +393,14 @@ json train(TrainerContext& ctx) {
   int64_t clock_offset_us = 0;
   std::optional<trace::RankHeader> probe;  // the transport probe (the header of the step log)
   int64_t samples = 0;
-  auto t_train = Clock::now();
+  // Training time starts at this process's first step, as PyTorch's does after its barrier:
+  // rendezvous, the initial broadcast, the transport probe and a restore are not in it.
+  std::optional<Clock::time_point> t_train;
   double train_s = 0;
   // Periodic evaluation (train.eval_every_steps): its time is not training time. The newest result
   // is kept so that a job stopped by train.stop_at_accuracy does not evaluate the same model twice.
   double eval_s = 0;
+  auto train_seconds = [&] { return t_train ? seconds_since(*t_train) - eval_s : 0.0; };
   bool reached = false;
   std::optional<std::pair<int64_t, Evaluation>> newest_eval;
 
@@ -426,6 +429,7 @@ json train(TrainerContext& ctx) {
           {.bucket_bytes = static_cast<size_t>(cfg.comm.bucket_mb * (1 << 20)),
            .algorithm = comm::parse_algorithm(cfg.comm.algorithm),
            .broadcast_on_construct = false,
+           .buffers = ddp::parse_buffer_sync(cfg.comm.buffers),
            .compression = compression_options(cfg),
            .on_bucket_ready = [&](size_t bucket, size_t bytes) {
              if (tracer) tracer->instant("bucket " + std::to_string(bucket) + " ready", bytes);
@@ -561,8 +565,9 @@ json train(TrainerContext& ctx) {
       }
       total_steps = std::min(total_steps, max_steps);
 
-      // Commit: add up the samples trained since the last commit, take a snapshot, and leave the
-      // epoch together if any rank saw a request for the next one.
+      // Commit: add up the samples trained since the last commit and take a snapshot. Returns
+      // whether any rank saw a request for the next membership epoch, which every rank then
+      // leaves together (after this step's checkpoint, if it has one).
       EpochCount pending;
       int64_t pending_epoch = state.epoch;
       auto commit = [&](bool may_switch) {
@@ -579,7 +584,7 @@ json train(TrainerContext& ctx) {
         pending = {};
         pending_epoch = state.epoch;
         take_snapshot(world);
-        if (may_switch && v[3] > 0) throw MembershipSwitch{};
+        return may_switch && v[3] > 0;
       };
 
       auto t_window = Clock::now();
@@ -595,6 +600,7 @@ json train(TrainerContext& ctx) {
           phase(state.step + 1, comm::Phase::Data);
           faults.at_step(state.step, comm);
           auto t0 = Clock::now();
+          if (!t_train) t_train = t0;
           auto batch = sampler.next();
           if (!batch) break;
           auto [x, y] = train_set.batch(batch->indices);
@@ -703,16 +709,17 @@ json train(TrainerContext& ctx) {
             if (evaluate_now) {
               record["test_accuracy"] = newest_eval->second.accuracy;
               record["test_loss"] = newest_eval->second.loss;
-              record["train_seconds"] = seconds_since(t_train) - eval_s;
+              record["train_seconds"] = train_seconds();
             }
             ctx.report_progress(record);
             t_window = Clock::now();
             window_steps = window_samples = window_correct = window_seen = 0;
             window_loss = 0;
           }
+          bool leave_epoch = false;
           if (epoch_end || last || state.step >= max_steps || state.step % snapshot_every == 0) {
             count_bytes();
-            commit(/*may_switch=*/!last);
+            leave_epoch = commit(/*may_switch=*/!last);
           }
           if (rank == 0 && checkpoints && cfg.checkpoint.every_steps > 0 &&
               state.step % cfg.checkpoint.every_steps == 0) {
@@ -728,9 +735,10 @@ json train(TrainerContext& ctx) {
                                           *model, optimizer.get());
             spdlog::info("checkpoint {} written in {:.2f} s", path.string(), seconds_since(t));
           }
+          if (leave_epoch) throw MembershipSwitch{};
         }
       }
-      train_s = seconds_since(t_train) - eval_s;
+      train_s = train_seconds();
       if (rank == 0 && checkpoints && cfg.checkpoint.every_steps > 0 && state.step > resumed_from &&
           state.step % cfg.checkpoint.every_steps != 0) {
         checkpoints->save({.step = state.step,
