@@ -11,10 +11,12 @@
 
 namespace cohort {
 
-void write_file_atomically(const std::filesystem::path& path, const std::string& content) {
+void write_file_atomically(const std::filesystem::path& path, const std::string& content,
+                           mode_t mode) {
   auto tmp = path;
   tmp += ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ::unlink(tmp.c_str());  // O_CREAT keeps the mode of a file that is already there
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
   if (fd < 0) throw SystemError("open " + tmp.string(), errno);
   auto fail = [&](const std::string& what) {
     int err = errno;

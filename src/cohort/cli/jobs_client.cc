@@ -2,7 +2,8 @@
 // `cohort logs JOB`; `cohort logs RUN_DIR [--rank R]` (an existing directory with logs/) merges a
 // run directory's logs instead (trace/log_merge.h). The server is --server URL, else
 // $COHORT_SERVER, else the one whose URL `cohort serve` left in its home ($COHORT_HOME or
-// ~/.cohort)/serve.url, else 127.0.0.1:8090.
+// ~/.cohort)/serve.url, else 127.0.0.1:8090. The server's token is read from --token-file, else
+// from serve.token in that home (a file only its owner may read, base/secret.h).
 #include <httplib.h>
 
 #include <cmath>
@@ -16,6 +17,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/base/file.h"
+#include "cohort/base/secret.h"
 #include "cohort/cli/args.h"
 #include "cohort/trace/log_merge.h"
 
@@ -25,20 +27,31 @@ using nlohmann::json;
 namespace cohort::cli {
 namespace {
 
+fs::path serve_home() {
+  if (const char* h = std::getenv("COHORT_HOME"); h && *h) return h;
+  if (const char* h = std::getenv("HOME"); h && *h) return fs::path(h) / ".cohort";
+  return ".cohort";
+}
+
 std::string server_url(const Args& args) {
   if (auto s = args.get("server")) return *s;
   if (const char* s = std::getenv("COHORT_SERVER"); s && *s) return s;
-  std::string home = std::getenv("COHORT_HOME") && *std::getenv("COHORT_HOME")
-                         ? std::getenv("COHORT_HOME")
-                     : std::getenv("HOME") ? std::string(std::getenv("HOME")) + "/.cohort"
-                                           : ".cohort";
-  if (fs::exists(fs::path(home) / "serve.url")) return read_file(fs::path(home) / "serve.url");
+  if (fs::exists(serve_home() / "serve.url")) return read_file(serve_home() / "serve.url");
   return "http://127.0.0.1:8090";
+}
+
+// The server's token: --token-file, else the one `cohort serve` left in its home; none if
+// neither is there (the server then refuses what needs it, and says so).
+std::string server_token(const Args& args) {
+  if (auto f = args.get("token-file")) return read_secret_file(*f, "--token-file");
+  const fs::path mine = serve_home() / "serve.token";
+  return fs::exists(mine) ? read_secret_file(mine, "token file") : std::string();
 }
 
 class ServerClient {
  public:
-  explicit ServerClient(std::string url) : url_(std::move(url)) {
+  explicit ServerClient(const Args& args) : ServerClient(server_url(args), server_token(args)) {}
+  ServerClient(std::string url, const std::string& token) : url_(std::move(url)) {
     while (!url_.empty() && (url_.back() == '\n' || url_.back() == '/' || url_.back() == ' ')) {
       url_.pop_back();
     }
@@ -46,6 +59,7 @@ class ServerClient {
     client_ = std::make_unique<httplib::Client>(url_);
     client_->set_connection_timeout(5, 0);
     client_->set_read_timeout(60, 0);
+    if (!token.empty()) client_->set_bearer_token_auth(token.c_str());
   }
   // Returns (status, body); throws Error if the server cannot be reached.
   std::pair<int, std::string> get(const std::string& path) { return check(client_->Get(path)); }
@@ -97,13 +111,13 @@ std::string job_id(const Args& args, const char* usage) {
 }  // namespace
 
 int submit_main(int argc, char** argv) {
-  Args args(argc, argv, {"server", "set"}, {"json"});
+  Args args(argc, argv, {"server", "set", "token-file"}, {"json"});
   if (args.positionals().size() != 1) {
     throw ConfigError("usage: cohort submit JOB.yaml [--set key=value]... [--server URL]");
   }
   const std::string path = args.positionals()[0];
   if (!fs::exists(path)) throw ConfigError(path + ": cannot open the job file");
-  ServerClient c(server_url(args));
+  ServerClient c(args);
   json body{{"source", path}, {"yaml", read_file(path)}, {"overrides", args.all("set")}};
   auto [status, text] = c.post("/api/jobs", body.dump());
   if (status != 201) fail(status, text);
@@ -119,8 +133,8 @@ int submit_main(int argc, char** argv) {
 }
 
 int jobs_main(int argc, char** argv) {
-  Args args(argc, argv, {"server"}, {"json"});
-  ServerClient c(server_url(args));
+  Args args(argc, argv, {"server", "token-file"}, {"json"});
+  ServerClient c(args);
   auto [status, text] = c.get("/api/jobs");
   if (status != 200) fail(status, text);
   json jobs = json::parse(text);
@@ -152,9 +166,9 @@ int jobs_main(int argc, char** argv) {
 }
 
 int cancel_main(int argc, char** argv) {
-  Args args(argc, argv, {"server"}, {});
+  Args args(argc, argv, {"server", "token-file"}, {});
   std::string id = job_id(args, "cohort cancel JOB [--server URL]");
-  ServerClient c(server_url(args));
+  ServerClient c(args);
   auto [status, text] = c.post("/api/jobs/" + id + "/cancel", "{}");
   if (status != 200 && status != 202) fail(status, text);
   json j = json::parse(text);
@@ -163,7 +177,7 @@ int cancel_main(int argc, char** argv) {
 }
 
 int logs_main(int argc, char** argv) {
-  Args args(argc, argv, {"server", "rank"}, {});
+  Args args(argc, argv, {"server", "rank", "token-file"}, {});
   // A run directory (a directory with logs/): its logs merged here, no server involved.
   if (args.positionals().size() == 1 && trace::is_run_dir(args.positionals()[0])) {
     if (args.has("server")) throw ConfigError("--server: not for a run directory");
@@ -181,7 +195,7 @@ int logs_main(int argc, char** argv) {
   }
   if (args.has("rank")) throw ConfigError("--rank: only for a run directory (RUN_DIR/logs)");
   std::string id = job_id(args, "cohort logs JOB [--server URL] | cohort logs RUN_DIR [--rank R]");
-  ServerClient c(server_url(args));
+  ServerClient c(args);
   auto [status, text] = c.get("/api/jobs/" + id + "/logs");
   if (status != 200) fail(status, text);
   std::fwrite(text.data(), 1, text.size(), stdout);

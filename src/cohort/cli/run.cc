@@ -33,6 +33,7 @@
 #include "cohort/base/error.h"
 #include "cohort/base/file.h"
 #include "cohort/base/log.h"
+#include "cohort/base/secret.h"
 #include "cohort/cli/args.h"
 #include "cohort/cli/commands.h"
 #include "cohort/cli/job_files.h"
@@ -187,24 +188,13 @@ std::string tail_of(const fs::path& p, size_t max_bytes = 2000) {
   return s;
 }
 
-// The job token: from `path` if it exists, else fresh random bytes, written to `path` (0600) when
-// one is given so that workers started elsewhere can read it.
+// The job token: from `path` if it exists (refused if anybody but its owner can read it), else
+// fresh random bytes, written to `path` (0600) when one is given so that workers started
+// elsewhere can read it.
 std::string job_token(const std::string& path) {
-  if (!path.empty() && fs::exists(path)) {
-    std::string t = read_file(path);
-    while (!t.empty() && (t.back() == '\n' || t.back() == '\r' || t.back() == ' ')) t.pop_back();
-    if (t.size() < 16)
-      throw ConfigError("--token-file " + path + ": a token needs 16 characters or more");
-    return t;
-  }
-  uint8_t raw[32];
-  random_bytes(raw, sizeof(raw));
-  std::string token = to_hex(raw, sizeof(raw));
-  if (!path.empty()) {
-    mode_t old_mask = ::umask(077);  // the file is never readable by others, not even briefly
-    write_file_atomically(path, token + "\n");
-    ::umask(old_mask);
-  }
+  if (!path.empty() && fs::exists(path)) return read_secret_file(path, "--token-file");
+  std::string token = random_token();
+  if (!path.empty()) write_secret_file(path, token);
   return token;
 }
 

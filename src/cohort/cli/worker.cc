@@ -1,15 +1,17 @@
-// `cohort worker --join HOST:PORT`: one worker of a job. Started by `cohort run` on this machine, or
-// by whatever runs processes on a cluster (mpirun, srun, a Kubernetes Indexed Job). The job token
-// comes from the COHORT_TOKEN environment variable (or --token-file), never from the command line.
+// `cohort worker --join HOST:PORT`: one worker of a job. Started by `cohort run` on this machine,
+// or by whatever runs processes on a cluster (mpirun, srun, a Kubernetes Indexed Job). The job
+// token comes from the COHORT_TOKEN environment variable (or --token-file), never from the command
+// line.
+#include "cohort/train/worker.h"
+
 #include <cstdlib>
 #include <iostream>
 
 #include "cohort/base/error.h"
-#include "cohort/base/file.h"
+#include "cohort/base/secret.h"
 #include "cohort/cli/args.h"
 #include "cohort/cli/commands.h"
 #include "cohort/net/socket.h"
-#include "cohort/train/worker.h"
 
 namespace cohort::cli {
 namespace {
@@ -30,11 +32,6 @@ int rank_from_environment() {
   return -1;
 }
 
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
 }  // namespace
 
 int worker_main(int argc, char** argv) {
@@ -48,7 +45,7 @@ int worker_main(int argc, char** argv) {
   train::WorkerOptions opts;
   opts.coordinator = net::Endpoint::parse(*args.get("join"));
   if (auto f = args.get("token-file")) {
-    opts.token = trim(read_file(*f));
+    opts.token = read_secret_file(*f, "--token-file");
   } else if (const char* t = std::getenv("COHORT_TOKEN")) {
     opts.token = t;
   } else {

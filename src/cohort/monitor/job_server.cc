@@ -12,6 +12,7 @@
 #include "cohort/base/error.h"
 #include "cohort/base/file.h"
 #include "cohort/base/log.h"
+#include "cohort/base/secret.h"
 #include "cohort/elastic/process.h"
 #include "cohort/monitor/web_assets.h"
 
@@ -76,6 +77,9 @@ struct JobServer::Running {
 JobServer::JobServer(JobServerOptions options) : options_(std::move(options)) {
   if (options_.max_workers <= 0) {
     options_.max_workers = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  }
+  if (options_.token.size() < 16) {
+    throw ConfigError("cohort serve: the server's token needs 16 characters or more");
   }
   server_ = std::make_unique<ConsoleServer>(
       ConsoleServerOptions{.bind_host = options_.bind_host, .port = options_.port});
@@ -164,7 +168,35 @@ std::shared_ptr<const JobMonitor> JobServer::monitor_for(int64_t id) {
   return monitors_.emplace(id, m).first->second;
 }
 
+void JobServer::guard_routes() {
+  const bool loopback = is_loopback_host(options_.bind_host);
+  const HttpAccessPolicy policy{
+      .token = options_.token, .open_reads = loopback || options_.open_reads, .loopback = loopback};
+  auto& s = server_->http();
+  s.set_pre_routing_handler([policy](const httplib::Request& req, httplib::Response& res) {
+    if (req.path == "/login" && req.method == "GET")
+      return httplib::Server::HandlerResponse::Unhandled;
+    auto refusal = check_access(req, policy);
+    if (!refusal) return httplib::Server::HandlerResponse::Unhandled;
+    spdlog::warn("serve: refused {} {} from {}: {}", req.method, req.path, req.remote_addr,
+                 refusal->reason);
+    if (refusal->status == 401) res.set_header("WWW-Authenticate", "Bearer");
+    reply(res, {{"error", refusal->reason}}, refusal->status);
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  s.Get("/login", [policy](const httplib::Request& req, httplib::Response& res) {
+    const std::string given = req.get_param_value("token");
+    if (given.empty() || !secrets_equal(given, policy.token)) {
+      return reply(res, {{"error", "wrong or missing token"}}, 401);
+    }
+    res.set_header("Set-Cookie",
+                   std::string(kTokenCookie) + "=" + given + "; Path=/; HttpOnly; SameSite=Strict");
+    res.set_redirect("/");
+  });
+}
+
 void JobServer::add_routes() {
+  guard_routes();
   auto& s = server_->http();
   s.Get("/",
         [](const httplib::Request&, httplib::Response& res) { reply_asset(res, "jobs.html"); });

@@ -15,6 +15,9 @@
 //   GET  /api/jobs/<id>          one job, with its resolved config
 //   POST /api/jobs/<id>/cancel   cancels a queued job, stops a running one (as Ctrl-C would)
 //   GET  /api/jobs/<id>/logs     the launcher's output and every rank's log, as text
+//   GET  /login?token=T          sets the token cookie for a browser's reads, then goes to /
+// Submitting and cancelling need the server's token; reads need it too unless the server listens
+// on loopback only or is told reads are open (monitor/http_access.h).
 #pragma once
 
 #include <atomic>
@@ -28,6 +31,7 @@
 #include <vector>
 
 #include "cohort/monitor/console_server.h"
+#include "cohort/monitor/http_access.h"
 #include "cohort/monitor/job_history.h"
 #include "cohort/monitor/job_monitor.h"
 
@@ -50,6 +54,10 @@ struct JobServerOptions {
   int max_workers = 0;        // worker processes running at once, all jobs together; 0: CPUs
   std::string cohort_binary;  // what runs a job: `<cohort_binary> run ...`
   JobValidator validate;
+  // The secret of every state-changing request (16 characters or more; required).
+  std::string token;
+  // Reads without the token also when bound beyond loopback (on loopback they are always open).
+  bool open_reads = false;
 };
 
 class JobServer {
@@ -75,6 +83,7 @@ class JobServer {
   bool finish_if_exited(Running& r);
   std::shared_ptr<const JobMonitor> monitor_for(int64_t id);
   void add_routes();
+  void guard_routes();  // the access policy, before any route
 
   JobServerOptions options_;
   std::unique_ptr<JobHistory> history_;
