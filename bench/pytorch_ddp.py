@@ -18,6 +18,10 @@ Cohort) and rank 0 prints {"event": "eval", "step", "test_accuracy", "train_seco
 training time so far, evaluations excluded; --stop-at-accuracy A stops at the first evaluation
 that reaches A. --fp16-hook compresses gradients to fp16 for the allreduce with PyTorch's own
 communication hook (ddp_comm_hooks.default_hooks.fp16_compress_hook).
+
+--memory-format channels_last runs the convolutional model in NHWC, the one line a PyTorch user
+adds for it (model.to(memory_format=torch.channels_last), and the same for each input batch);
+contiguous (the default) is PyTorch's NCHW. The result line names the layout.
 """
 import argparse
 import gzip
@@ -77,7 +81,11 @@ def main():
     p.add_argument("--eval-every-steps", type=int, default=0)
     p.add_argument("--stop-at-accuracy", type=float, default=0)
     p.add_argument("--fp16-hook", action="store_true")
+    p.add_argument("--memory-format", choices=["contiguous", "channels_last"],
+                   default="contiguous")
     args = p.parse_args()
+    layout = (torch.channels_last if args.memory_format == "channels_last"
+              else torch.contiguous_format)
 
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo")
@@ -86,7 +94,7 @@ def main():
 
     x_train, y_train = load(args.data, "train")
     x_test, y_test = load(args.data, "test")
-    model = make_model(args.model)
+    model = make_model(args.model).to(memory_format=layout)
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb)
     if args.fp16_hook:
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
@@ -101,7 +109,8 @@ def main():
             sel = torch.arange(rank, len(y_test), world)
             for s in range(0, len(sel), 1000):
                 b = sel[s:s + 1000]
-                correct[0] += (model(x_test[b]).argmax(1) == y_test[b]).sum()
+                xb = x_test[b].to(memory_format=layout)
+                correct[0] += (model(xb).argmax(1) == y_test[b]).sum()
                 correct[1] += len(b)
         dist.all_reduce(correct)
         model.train()
@@ -118,7 +127,7 @@ def main():
         idx = torch.tensor(list(iter(sampler)))
         for start in range(0, len(idx), args.batch_size):
             b = idx[start:start + args.batch_size]
-            xb, yb = x_train[b], y_train[b]
+            xb, yb = x_train[b].to(memory_format=layout), y_train[b]
             opt.zero_grad()
             loss = F.cross_entropy(ddp(xb), yb)
             loss.backward()
@@ -152,6 +161,7 @@ def main():
     if rank == 0:
         print(json.dumps({
             "library": "pytorch-ddp", "model": args.model, "workers": world,
+            "memory_format": args.memory_format,
             "samples": int(total.item()), "train_seconds": train_seconds,
             "samples_per_sec": total.item() / train_seconds,
             "test_accuracy": accuracy, "steps": step, "eval_seconds": eval_seconds,

@@ -31,6 +31,9 @@
 # 7 configurations of about 3 minutes each on 2 idle CPUs, BENCH_CAP_S at most: the default is
 # the 100 Mbit/s, 2-worker row (the issue's target). The whole matrix,
 # BENCH_RATES="100mbit 1gbit" BENCH_WORKERS="2 4", takes four times as long.
+# Each configuration first waits for a quiet machine (scripts/lib/quiet.sh: BENCH_QUIET_LOAD,
+# BENCH_QUIET_WAIT_S); its row records the load it started at, and one that could not get a quiet
+# machine is marked busy in its row (the mark stays with BENCH_KEEP=1) and not used for the target.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -50,11 +53,14 @@ NC=$ROOT/scripts/netcluster.sh
 PY=/usr/bin/python3
 OUT=$BUILD/bench-compression
 RESULTS=$OUT/results.jsonl
+export QUIET_LOG=$OUT/load.tsv
+# shellcheck source=lib/quiet.sh
+source "$ROOT/scripts/lib/quiet.sh"
 
 ((EUID == 0)) || { echo "bench-compression: needs root (network namespaces)" >&2; exit 2; }
 mkdir -p "$OUT"
 if [[ ${BENCH_REPORT_ONLY:-0} == 1 ]]; then
-  : # the results as they are
+  : # the results (and the last run's load log) as they are
 elif [[ ${BENCH_KEEP:-0} == 1 && -f $RESULTS ]]; then
   # Results of this run replace earlier ones of the same configuration, rate, workers and batch.
   "$PY" - "$RESULTS" "$RATES" "$WORKERS" "$BATCH" "$LR" "$CONFIGS" <<'PY'
@@ -72,6 +78,8 @@ PY
 else
   : >"$RESULTS"
 fi
+# The load log is this run's; each row keeps its own load and busy mark (BENCH_KEEP=1).
+[[ ${BENCH_REPORT_ONLY:-0} == 1 ]] || : >"$QUIET_LOG"
 if [[ ${BENCH_SKIP_BUILD:-0} != 1 ]]; then cmake --build "$BUILD" --target cohort >/dev/null; fi
 COHORT=$BUILD/cohort
 TOKEN=$OUT/token
@@ -98,9 +106,10 @@ run_cohort() {  # RATE N CODEC
   mkdir -p "$dir"
   coord=$("$NC" addr c)
   port=$((port + 1))
-  local before load
+  local before load quiet
+  wait_quiet "cohort $codec $rate $n"
+  IFS=$'\t' read -r _ load _ quiet < <(tail -n 1 "$QUIET_LOG")  # the load it starts at
   before=$(tx_bytes "$n")
-  load=$(cut -d' ' -f1 /proc/loadavg)
   "$NC" exec "$CLUSTER" c timeout -s KILL "$CAP_S" "$COHORT" run "$ROOT/examples/fashion-cnn.yaml" \
     --external-workers --bind "$coord" --port "$port" --token-file "$TOKEN" --run-dir "$dir/run" \
     --set workers="$n" --set threads_per_worker=1 --set train.epochs="$EPOCHS" \
@@ -115,10 +124,10 @@ run_cohort() {  # RATE N CODEC
   done
   wait "${pids[@]}" || true
   "$PY" - "$dir" "$rate" "$n" "$codec" "$before" "$(tx_bytes "$n")" "$load" "$TARGET" "$BATCH" \
-    "$LR" >>"$RESULTS" <<'PY'
+    "$LR" "$quiet" >>"$RESULTS" <<'PY'
 import json, os, sys
 import time
-d, rate, n, codec, before, after, load, target, batch, lr = sys.argv[1:11]
+d, rate, n, codec, before, after, load, target, batch, lr, quiet = sys.argv[1:12]
 n, target = int(n), float(target)
 tx = [int(b) - int(a) for a, b in zip(before.split(), after.split())]
 metrics = []
@@ -142,7 +151,8 @@ print(json.dumps({
     (evals[-1]["train_seconds"] if evals else None), "step": hit["step"] if hit else steps,
     "best_accuracy": max([m["test_accuracy"] for m in evals], default=None),
     "steps": steps, "link_bytes_per_step": sum(tx) / n / max(steps, 1),
-    "own_bytes_per_step": own, "load": float(load), "batch": int(batch), "lr": float(lr),
+    "own_bytes_per_step": own, "load": float(load), "busy": quiet == "busy",
+    "batch": int(batch), "lr": float(lr),
     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     "status": summary["status"] if summary else "stopped at the cap"}))
 PY
@@ -154,10 +164,11 @@ run_torch() {  # RATE N HOOK
   mkdir -p "$dir"
   master=$("$NC" addr 0)
   port=$((port + 1))
-  local before load extra=()
+  local before load quiet extra=()
   [[ $hook != fp16 ]] || extra=(--fp16-hook)
+  wait_quiet "pytorch $hook $rate $n"
+  IFS=$'\t' read -r _ load _ quiet < <(tail -n 1 "$QUIET_LOG")  # the load it starts at
   before=$(tx_bytes "$n")
-  load=$(cut -d' ' -f1 /proc/loadavg)
   for ((r = 0; r < n; r++)); do
     "$NC" exec "$CLUSTER" "$r" env RANK="$r" WORLD_SIZE="$n" MASTER_ADDR="$master" \
       MASTER_PORT="$port" GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
@@ -169,10 +180,10 @@ run_torch() {  # RATE N HOOK
   done
   wait "${pids[@]}" || true
   "$PY" - "$dir" "$rate" "$n" "$hook" "$before" "$(tx_bytes "$n")" "$load" "$TARGET" "$BATCH" \
-    "$LR" >>"$RESULTS" <<'PY'
+    "$LR" "$quiet" >>"$RESULTS" <<'PY'
 import json, sys
 import time
-d, rate, n, hook, before, after, load, target, batch, lr = sys.argv[1:11]
+d, rate, n, hook, before, after, load, target, batch, lr, quiet = sys.argv[1:12]
 n, target = int(n), float(target)
 tx = [int(b) - int(a) for a, b in zip(before.split(), after.split())]
 lines = []
@@ -192,7 +203,8 @@ print(json.dumps({
     (evals[-1]["train_seconds"] if evals else None), "step": hit["step"] if hit else steps,
     "best_accuracy": max([m["test_accuracy"] for m in evals], default=None),
     "steps": steps, "link_bytes_per_step": sum(tx) / n / max(steps, 1),
-    "own_bytes_per_step": None, "load": float(load), "batch": int(batch), "lr": float(lr),
+    "own_bytes_per_step": None, "load": float(load), "busy": quiet == "busy",
+    "batch": int(batch), "lr": float(lr),
     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     "status": "completed" if final else "stopped at the cap"}))
 PY
@@ -203,10 +215,11 @@ PY
 report() {
   local elapsed=$(($(date +%s) - started)) load_after
   load_after=$(cut -d' ' -f1-3 /proc/loadavg)
-  "$PY" - "$RESULTS" "$OUTPUT" "$elapsed" "$load_before" "$load_after" "$CAP_S" "$EVAL_EVERY" \
-  "$TARGET" <<'PY'
+  PYTHONPATH=$ROOT/scripts/lib "$PY" - "$RESULTS" "$OUTPUT" "$elapsed" "$load_before" "$load_after" \
+  "$CAP_S" "$EVAL_EVERY" "$TARGET" "$QUIET_LOG" <<'PY'
 import json, os, subprocess, sys, time
-results, output, elapsed, load_before, load_after, cap, every, target = sys.argv[1:9]
+from quiet_report import load_note
+results, output, elapsed, load_before, load_after, cap, every, target, quiet_log = sys.argv[1:10]
 BEGIN, END = "<!-- compression:begin -->", "<!-- compression:end -->"
 rows = [json.loads(l) for l in open(results) if l.strip()]
 cpu = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True, capture_output=True,
@@ -229,11 +242,14 @@ lines = [BEGIN, "## Gradient compression on a bandwidth-limited network: Cohort 
          "shown is then the training time at its last evaluation). *link bytes/step* = bytes the "
          "worker's interface sent over the run (everything on the wire, TCP/IP headers included) / "
          "steps trained, mean over workers; *Cohort's count* = summary.json `comm_bytes` / steps. "
-         "*load* = 1-minute load average when the configuration started (2 CPUs)." % (
-             every, target, target, cap), ""]
+         "*load* = 1-minute load average when the configuration started (2 CPUs); each first "
+         "waits for it to drop, and *(busy)* = still too high after the wait: its ratios are "
+         "marked and it is not used for the target." % (every, target, target, cap), "",
+         load_note(quiet_log), ""]
 for r in rows:
     r.setdefault("batch", 64)
     r.setdefault("lr", 0.05)
+    r.setdefault("busy", False)  # rows from before the wait
 for (rate, n, batch, lr) in sorted({(r["rate"], r["workers"], r["batch"], r["lr"]) for r in rows},
                                    key=lambda k: (k[0].endswith("gbit"),
                                                   int("".join(c for c in k[0] if c.isdigit())),
@@ -264,16 +280,21 @@ for (rate, n, batch, lr) in sorted({(r["rate"], r["workers"], r["batch"], r["lr"
             elif r["reached"]:
                 tr = "> %.2f×" % (base["seconds"] / r["seconds"]) if base["seconds"] else "reached; PyTorch did not"
             br = "%.2f×" % (base["link_bytes_per_step"] / r["link_bytes_per_step"])
+            if base["busy"] or r["busy"]:
+                tr, br = ("%s (busy)" % x if x else x for x in (tr, br))
         per_step = "%.3f" % (r["seconds"] / r["step"]) if r["seconds"] and r["step"] else "-"
-        lines.append("| %s | %s | %s | %d | %s | %s | %s | %s | %.1f | %s | %s |" % (
+        lines.append("| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |" % (
             "Cohort" if r["system"] == "cohort" else "PyTorch DDP", r["compression"], t, r["step"],
             per_step,
             "%.4f" % r["best_accuracy"] if r["best_accuracy"] is not None else "-",
             "{:,.0f}".format(r["link_bytes_per_step"]),
             "{:,.0f}".format(r["own_bytes_per_step"]) if r["own_bytes_per_step"] else "",
-            r["load"], tr, br))
+            "%.1f (busy)" % r["load"] if r["busy"] else "%.1f" % r["load"], tr, br))
     cohort = [r for r in sel if r["system"] == "cohort" and r["reached"]]
     if base and cohort and rate == "100mbit":
+        # Busy codecs are not candidates (unless all are, or the baseline is: then it is not judged).
+        cohort = [r for r in cohort if not r["busy"]] or cohort
+        busy = base["busy"] or cohort[0]["busy"]
         # The fastest codec that meets both halves of the target, else the fastest.
         both = [r for r in cohort if base["reached"] and base["seconds"] >= 3 * r["seconds"]
                 and base["link_bytes_per_step"] >= 4 * r["link_bytes_per_step"]]
@@ -289,8 +310,9 @@ for (rate, n, batch, lr) in sorted({(r["rate"], r["workers"], r["batch"], r["lr"
                   "that meets both, else the fastest) reaches %s ≥ 3× sooner than "
                   "PyTorch DDP uncompressed: %s (%s); and sends ≥ 4× fewer bytes per step: "
                   "%.2f× (%s)." % (batch, best["compression"], target, text_t,
+                                   "busy" if busy else
                                    "met" if met_t else ("not met" if met_t is False else "see text"),
-                                   bratio, "met" if bratio >= 4 else "not met")]
+                                   bratio, "busy" if busy else "met" if bratio >= 4 else "not met")]
     lines.append("")
 lines.append(END)
 text = open(output).read() if os.path.exists(output) else "# Benchmarks\n"

@@ -13,6 +13,9 @@
 # Environment: BENCH_KILL_STEP (175), BENCH_TORCH_CHECKPOINT_EVERY (50),
 # BENCH_COHORT_SNAPSHOT_EVERY (20), BENCH_BUILD_DIR (build/release), BENCH_OUTPUT (BENCHMARKS.md),
 # BENCH_SKIP_BUILD=1 (use the binary already in BENCH_BUILD_DIR).
+# Each of the two runs first waits for a quiet machine (scripts/lib/quiet.sh: BENCH_QUIET_LOAD,
+# BENCH_QUIET_WAIT_S); one that could not get one is marked busy and its ratio is not used for the
+# target.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,6 +24,8 @@ OUTPUT=${BENCH_OUTPUT:-$ROOT/BENCHMARKS.md}
 OUT=$BUILD/bench-recovery
 rm -rf "$OUT"
 mkdir -p "$OUT"
+export QUIET_LOG=$OUT/load.tsv
+: >"$QUIET_LOG"
 
 if [[ ${BENCH_SKIP_BUILD:-0} != 1 ]]; then cmake --build "$BUILD" --target cohort >/dev/null; fi
 
@@ -28,6 +33,8 @@ exec /usr/bin/python3 - "$ROOT" "$BUILD/cohort" "$OUT" "$OUTPUT" <<'PY'
 import json, os, signal, subprocess, sys, time
 
 root, cohort, out, output = sys.argv[1:5]
+sys.path.insert(0, os.path.join(root, "scripts", "lib"))
+from quiet_report import busy_labels, load_note
 kill_step = int(os.environ.get("BENCH_KILL_STEP", "175"))
 torch_every = int(os.environ.get("BENCH_TORCH_CHECKPOINT_EVERY", "50"))
 cohort_every = int(os.environ.get("BENCH_COHORT_SNAPSHOT_EVERY", "20"))
@@ -92,6 +99,12 @@ def measure(old, new, kill_time, resumed_from):
             "recovery_seconds": min(t for _, t in new) - kill_time}
 
 
+def wait_quiet(label):
+    """scripts/lib/quiet.sh's wait for a quiet machine; logs LABEL to $QUIET_LOG."""
+    subprocess.run(["bash", "-c", 'source "$1" && wait_quiet "$2"', "wait_quiet",
+                    os.path.join(root, "scripts", "lib", "quiet.sh"), label], check=True)
+
+
 env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 results = {}
 
@@ -101,6 +114,7 @@ print("bench-recovery: TorchElastic (torchrun --max_restarts 1), checkpoint ever
 te = os.path.join(out, "torchelastic")
 os.makedirs(te)
 log = open(os.path.join(te, "torchrun.log"), "w")
+wait_quiet("torchelastic")
 proc = subprocess.Popen(
     ["/usr/bin/python3", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
      "--max_restarts", "1", "--monitor_interval", "1", "--redirects", "1", "--tee", "1",
@@ -140,6 +154,7 @@ print("bench-recovery: Cohort (max_restarts 1), in-memory snapshot every %d step
       flush=True)
 run_dir = os.path.join(out, "cohort")
 log = open(os.path.join(out, "cohort.log"), "w")
+wait_quiet("cohort")
 proc = subprocess.Popen(
     [cohort, "run", os.path.join(root, "examples", "fashion-mlp.yaml"), "--run-dir", run_dir,
      "--set", "workers=2", "--set", "threads_per_worker=1", "--set", "train.epochs=1",
@@ -181,12 +196,17 @@ t, c = results["torchelastic"], results["cohort"]
 cpu = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True, capture_output=True,
                      text=True).stdout.strip()
 BEGIN, END = "<!-- recovery:begin -->", "<!-- recovery:end -->"
+quiet_log = os.environ["QUIET_LOG"]
+ratio = "**%.1f×**" % (t["recovery_seconds"] / c["recovery_seconds"])
+if busy_labels(quiet_log) & {"torchelastic", "cohort"}:
+    ratio = "%.1f× (busy)" % (t["recovery_seconds"] / c["recovery_seconds"])
 lines = [
     BEGIN, "## Recovery from a lost worker: Cohort vs TorchElastic", "",
     "Command: `scripts/bench-recovery.sh` (`make bench-recovery`). Machine: %d CPUs (%s), Linux %s. "
-    "Run %s, %.0f s, load average before %.1f, after %.1f; one run on a shared, busy machine."
+    "Run %s, %.0f s, load average before %.1f, after %.1f; one run on a shared machine."
     % (os.cpu_count(), cpu, os.uname().release, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
        time.time() - started, load_before[0], os.getloadavg()[0]), "",
+    load_note(quiet_log), "",
     "The same job for both: the MLP of `examples/fashion-mlp.yaml` on Fashion-MNIST, 2 workers, one "
     "thread each, batch 64 per worker, SGD lr 0.05 momentum 0.9, 1 epoch (469 steps). When the job "
     "has completed step %d, a watcher SIGKILLs rank 1 from outside. TorchElastic: Debian's "
@@ -210,7 +230,7 @@ lines = [
                                                t["steps_lost"], t["recovery_seconds"]),
     "| Cohort | %d | %d | %d | %.2f |" % (c["killed_after_step"], c["resumed_from_step"],
                                          c["steps_lost"], c["recovery_seconds"]),
-    "| **TorchElastic / Cohort** | | | | **%.1f×** |" % (t["recovery_seconds"] / c["recovery_seconds"]),
+    "| **TorchElastic / Cohort** | | | | %s |" % ratio,
     "",
     "Cohort's own `recovery_seconds_max` (from the failure it detected to the first step after) was "
     "%.2f s. Steps lost depend on where the kill falls between saves; they are fewer for Cohort "
