@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -157,6 +158,17 @@ void expect_every_sample_once(const json& summary, int epochs) {
   }
 }
 
+std::vector<fs::path> checkpoint_files(const fs::path& dir) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    auto name = e.path().filename().string();
+    if (name.starts_with("ckpt-") && name.ends_with(".cohort")) out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 // Three workers, one epoch of Fashion-MNIST with the MLP: 313 steps.
 const std::vector<std::string> kJob = {"workers=3", "train.epochs=1", "train.seed=7",
                                        "checkpoint.every_steps=0"};
@@ -177,7 +189,9 @@ TEST(Elastic, KilledWorkerIsReplacedAndTheJobFinishesAsWellAsWithoutFailure) {
   auto sets = job;
   for (const char* s :
        {"elastic.max_restarts=1", "elastic.min_workers=2", "elastic.heartbeat_s=0.2",
-        "elastic.failure_timeout_s=1", "elastic.snapshot_every_steps=10", "dashboard.port=0"}) {
+        "elastic.failure_timeout_s=1", "elastic.snapshot_every_steps=10", "dashboard.port=0",
+        // A checkpoint on every snapshot step: the replacement is admitted on one of them.
+        "checkpoint.every_steps=10", "checkpoint.keep=1000"}) {
     sets.push_back(s);
   }
   Launcher run(dir / "faulty", sets);
@@ -222,6 +236,17 @@ TEST(Elastic, KilledWorkerIsReplacedAndTheJobFinishesAsWellAsWithoutFailure) {
   // The replicas agree after recovery and the replacement's arrival.
   for (const auto& r : s["per_rank"])
     EXPECT_EQ(r["parameter_digest"], s["per_rank"][0]["parameter_digest"]);
+  // No periodic checkpoint was skipped, not even the one of the step the replacement joined at.
+  std::set<std::string> written;
+  for (const auto& f : checkpoint_files(run.run() / "checkpoints")) {
+    written.insert(f.filename().string());
+  }
+  const int steps = s["steps"].get<int>();
+  for (int step = 10; step <= steps; step += 10) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "ckpt-%012d.cohort", step);
+    EXPECT_TRUE(written.count(name)) << name << " is missing (" << steps << " steps)";
+  }
 
   auto events = read_events(run.run());
   const json* lost = find_event(events, "worker_lost");
@@ -317,17 +342,6 @@ TEST(Elastic, WithoutElasticityALostWorkerFailsTheJobNamingIt) {
   EXPECT_NE(error.find("pid " + std::to_string(victim)), std::string::npos) << error;
   EXPECT_NE(error.find("min_workers"), std::string::npos) << error;
   fs::remove_all(dir);
-}
-
-std::vector<fs::path> checkpoint_files(const fs::path& dir) {
-  std::vector<fs::path> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    auto name = e.path().filename().string();
-    if (name.starts_with("ckpt-") && name.ends_with(".cohort")) out.push_back(e.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
 }
 
 TEST(Elastic, KilledLauncherResumesFromTheNewestCheckpointThatVerifies) {
