@@ -327,6 +327,81 @@ TEST(Codecs, WarmUpCountsTrainingStepsNotExchangesOfThisCodec) {
   }
 }
 
+// A checkpoint at step k holds each rank's codec state; codecs built afresh that load it exchange
+// bit for bit what the codecs that went on without a stop exchange (residuals, PowerSGD's Q,
+// int8's rounding stream), and without it they would not.
+TEST(Codecs, ACodecRestoredFromItsStateContinuesBitForBit) {
+  const int n = 2, before = 6, after = 4;
+  const size_t count = 3000;
+  for (Method m : {Method::Fp16, Method::Int8, Method::TopK, Method::PowerSgd}) {
+    CompressionOptions o = options(m);
+    o.powersgd_warmup_steps = 2;
+    // Results per rank of steps before..before+after: straight, restored, fresh (no state).
+    std::vector<std::vector<std::vector<float>>> straight(n), restored(n), fresh(n);
+    World world(n);
+    world.run([&](int r, comm::Communicator& comm) {
+      const std::vector<TensorShape> shapes = {{0, 50, 60}};
+      auto a = make_codec(o, count, shapes, r, 0);
+      for (int t = 0; t < before; ++t) {
+        auto g = gradient(r, t, count);
+        a->start(g.data(), comm, {});
+        a->finish();
+      }
+      const std::string state = a->save_state();
+      auto b = make_codec(o, count, shapes, r, 0);
+      b->set_step(before);
+      b->load_state(state);
+      auto c = make_codec(o, count, shapes, r, 0);
+      c->set_step(before);
+      for (int t = before; t < before + after; ++t) {
+        for (auto [codec, out] :
+             {std::pair{a.get(), &straight[r]}, std::pair{b.get(), &restored[r]},
+              std::pair{c.get(), &fresh[r]}}) {
+          auto g = gradient(r, t, count);
+          codec->start(g.data(), comm, {});
+          codec->finish();
+          out->push_back(g);
+        }
+      }
+      EXPECT_EQ(a->residual(), b->residual()) << method_name(m) << " rank " << r;
+    });
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(restored[r], straight[r]) << method_name(m) << " rank " << r;
+      EXPECT_NE(fresh[r], straight[r]) << method_name(m) << ": a codec without the state";
+    }
+  }
+}
+
+TEST(Codecs, AStateThatDoesNotFitIsRefusedByName) {
+  auto topk = make_codec(options(Method::TopK), 3000);
+  auto powersgd = make_codec(options(Method::PowerSgd), 3000);
+  const std::string state = topk->save_state();
+  auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message([&] { powersgd->load_state(state); }),
+            "codec state: of topk, this bucket's is powersgd");
+  EXPECT_EQ(message([&] { make_codec(options(Method::TopK), 4000)->load_state(state); }),
+            "codec state: of a bucket of 3000 values, this one has 4000");
+  EXPECT_EQ(message([&] { topk->load_state(state.substr(0, state.size() - 1)); }),
+            "codec state: truncated (" + std::to_string(state.size() - 1) + " bytes)");
+  EXPECT_EQ(message([&] { topk->load_state(state + "x"); }), "codec state: 1 bytes too many");
+  EXPECT_EQ(message([&] { topk->load_state("gar"); }), "codec state: truncated (3 bytes)");
+  EXPECT_EQ(message([&] { topk->load_state(std::string(64, 'x')); }),
+            "codec state: not a codec state");
+  // Error feedback may change across a resume: no residual in, none kept out.
+  CompressionOptions without = options(Method::TopK);
+  without.error_feedback = false;
+  auto plain = make_codec(without, 3000);
+  EXPECT_EQ(message([&] { plain->load_state(state); }), "no error");
+  EXPECT_EQ(message([&] { topk->load_state(plain->save_state()); }), "no error");
+}
+
 class ExchangeTest : public ::testing::TestWithParam<std::tuple<Method, int>> {};
 
 TEST_P(ExchangeTest, OneStepIsCloseToTheAverageAndTheSameOnEveryRank) {

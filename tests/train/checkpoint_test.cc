@@ -110,6 +110,22 @@ TEST_F(Checkpoints, RoundTripIsBitwiseAndTrainingContinuesIdentically) {
   }
 }
 
+// Each rank's codec state (opaque bytes, zeros and all) comes back as it went in; a checkpoint
+// written without any gives none back.
+TEST_F(Checkpoints, CodecStatesOfEveryRankRoundTrip) {
+  const std::vector<std::string> states = {std::string("rank 0\0\x01\xff", 10), "",
+                                           std::string(100000, '\x7f')};
+  const fs::path with = dir_ / "with.cohort", without = dir_ / "without.cohort";
+  make_checkpoint(dir_ / "first.cohort");
+  save_checkpoint(with, {.step = 1}, *model_, opt_.get(), states);
+  save_checkpoint(without, {.step = 1}, *model_, opt_.get());
+  std::vector<std::string> back = {"stale"};
+  decode_checkpoint(read_file(with), "with", *model_, opt_.get(), true, &back);
+  EXPECT_EQ(back, states);
+  decode_checkpoint(read_file(without), "without", *model_, opt_.get(), true, &back);
+  EXPECT_TRUE(back.empty());
+}
+
 TEST_F(Checkpoints, MetadataWithoutAModel) {
   make_checkpoint(dir_ / "m.cohort", 42);
   CheckpointMeta meta = read_checkpoint_meta(dir_ / "m.cohort");

@@ -1,5 +1,7 @@
 #include "cohort/compress/codec.h"
 
+#include <cstring>
+
 #include "cohort/base/error.h"
 #include "cohort/compress/codecs.h"
 
@@ -56,6 +58,61 @@ Method parse_method(std::string_view s) {
     all += (all.empty() ? "" : ", ") + std::string(method_name(m));
   }
   throw ConfigError("unknown compression \"" + std::string(s) + "\"; expected one of " + all);
+}
+
+namespace {
+constexpr uint32_t kStateMagic = 0x31534443;  // "CDS1"
+}  // namespace
+
+std::string Codec::save_state() const {
+  std::string out;
+  auto put = [&out](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
+  const uint32_t magic = kStateMagic;
+  const auto method = static_cast<uint8_t>(this->method());
+  const uint64_t count = count_, residual = residual_.size();
+  put(&magic, sizeof(magic));
+  put(&method, sizeof(method));
+  put(&count, sizeof(count));
+  put(&residual, sizeof(residual));
+  put(residual_.data(), residual_.size() * sizeof(float));
+  ByteWriter extra;
+  save_extra(extra);
+  put(extra.bytes().data(), extra.bytes().size());
+  return out;
+}
+
+void Codec::load_state(std::string_view state) {
+  ByteReader r(reinterpret_cast<const uint8_t*>(state.data()), state.size());
+  try {
+    if (r.get<uint32_t>() != kStateMagic) throw Error("codec state: not a codec state");
+    const auto method = static_cast<Method>(r.get<uint8_t>());
+    if (method != this->method()) {
+      throw Error("codec state: of " + std::string(method_name(method)) + ", this bucket's is " +
+                  std::string(method_name(this->method())));
+    }
+    const auto count = r.get<uint64_t>();
+    if (count != count_) {
+      throw Error("codec state: of a bucket of " + std::to_string(count) +
+                  " values, this one has " + std::to_string(count_));
+    }
+    const auto residual = r.get<uint64_t>();
+    if (residual != 0 && residual != count_) {
+      throw Error("codec state: a residual of " + std::to_string(residual) +
+                  " values in a bucket of " + std::to_string(count_));
+    }
+    const uint8_t* values = r.get_bytes(residual * sizeof(float));
+    if (!residual_.empty()) {
+      if (residual == 0) {
+        std::fill(residual_.begin(), residual_.end(), 0.0f);
+      } else {
+        std::memcpy(residual_.data(), values, residual * sizeof(float));
+      }
+    }
+    load_extra(r);
+    if (!r.done()) throw Error("codec state: " + std::to_string(r.remaining()) + " bytes too many");
+  } catch (const ProtocolError&) {
+    throw Error("codec state: truncated (" + std::to_string(state.size()) + " bytes)");
+  }
 }
 
 void add_residual(const std::vector<float>& residual, float* x) {

@@ -24,9 +24,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
+#include "cohort/base/bytes.h"
 #include "cohort/comm/communicator.h"
 
 namespace cohort::compress {
@@ -98,8 +100,20 @@ class Codec {
   void set_step(int64_t step) { step_ = step; }
   int64_t step() const { return step_; }
 
+  // What this codec carries from one exchange to the next - its residual, PowerSGD's
+  // warm-started factors Q, int8's rounding stream - as bytes, for a checkpoint: a codec made for
+  // the same bucket and rank that loads them exchanges bit for bit as this one would have.
+  // load_state throws Error naming what does not fit (another method, another bucket size, a
+  // truncated state). A state without a residual loads as an empty one and a residual into a
+  // codec without error feedback is dropped, so error_feedback may change across a resume.
+  std::string save_state() const;
+  void load_state(std::string_view state);
+
  protected:
   explicit Codec(size_t count) : count_(count) {}
+  // What a method keeps beyond the residual (save_state, load_state).
+  virtual void save_extra(ByteWriter&) const {}
+  virtual void load_extra(ByteReader&) {}
   // Counts this start() as one step; true while the step is below `warmup_steps`.
   bool warming_up(int64_t warmup_steps) { return step_++ < warmup_steps; }
   size_t count_;

@@ -50,6 +50,10 @@ class Int8Encoding final : public comm::Encoding {
   void decode(const uint8_t* src, size_t count, float* dst) const override;
   void decode_add(const uint8_t* src, size_t count, float* acc) const override;
   size_t chunk() const { return chunk_; }
+  // Where the rounding stream stands: encodings with the same seed and the same calls() encode
+  // alike from here on (a codec's checkpointed state).
+  uint64_t calls() const { return calls_; }
+  void set_calls(uint64_t calls) { calls_ = calls; }
 
  private:
   size_t chunk_;

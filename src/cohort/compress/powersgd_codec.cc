@@ -69,6 +69,21 @@ class PowerSgdCodec final : public Codec {
 
   Method method() const override { return Method::PowerSgd; }
 
+ protected:
+  // Q is warm-started from one step to the next (the same on every rank).
+  void save_extra(ByteWriter& w) const override {
+    w.put<uint64_t>(q_.size()).put_bytes(q_.data(), q_.size() * sizeof(float));
+  }
+  void load_extra(ByteReader& r) override {
+    const auto n = r.get<uint64_t>();
+    if (n != q_.size()) {
+      throw Error("codec state: PowerSGD factors of " + std::to_string(n) +
+                  " values, this bucket's have " + std::to_string(q_.size()) + " (another rank?)");
+    }
+    std::memcpy(q_.data(), r.get_bytes(n * sizeof(float)), n * sizeof(float));
+  }
+
+ public:
   void round_trip(const float* x, float* out) override {
     std::vector<float> p(p_size_), q(q_);
     project(x, p.data());

@@ -12,11 +12,24 @@ class QuantizedCodec final : public Codec {
  public:
   QuantizedCodec(Method method, std::unique_ptr<comm::Encoding> encoding, size_t count,
                  bool error_feedback)
-      : Codec(count), method_(method), encoding_(std::move(encoding)) {
+      : Codec(count),
+        method_(method),
+        encoding_(std::move(encoding)),
+        int8_(dynamic_cast<Int8Encoding*>(encoding_.get())) {
     if (error_feedback) residual_.assign(count, 0.0f);
   }
   Method method() const override { return method_; }
 
+ protected:
+  // int8's stochastic rounding stream.
+  void save_extra(ByteWriter& w) const override {
+    if (int8_) w.put<uint64_t>(int8_->calls());
+  }
+  void load_extra(ByteReader& r) override {
+    if (int8_) int8_->set_calls(r.get<uint64_t>());
+  }
+
+ public:
   void round_trip(const float* x, float* out) override {
     std::vector<uint8_t> bytes(encoding_->encoded_bytes(count_));
     encoding_->encode(x, count_, bytes.data());
@@ -40,6 +53,7 @@ class QuantizedCodec final : public Codec {
  private:
   Method method_;
   std::unique_ptr<comm::Encoding> encoding_;
+  Int8Encoding* int8_;  // encoding_ when it is int8, else null
   std::shared_ptr<comm::Work> work_;
 };
 

@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "cohort/base/bytes.h"
 #include "cohort/base/checksum.h"
 #include "cohort/base/clock.h"
 #include "cohort/base/error.h"
@@ -377,6 +378,66 @@ std::string DistributedDataParallel::broadcast_bytes(const std::string& bytes, i
                  {.root = root, .timeout = options_.timeout})
       ->wait();
   return std::string(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(len));
+}
+
+std::vector<std::string> DistributedDataParallel::allgather_bytes(const std::string& bytes) {
+  // Whole i64 words, the first the length in bytes.
+  std::vector<int64_t> words(1 + (bytes.size() + 7) / 8, 0);
+  words[0] = static_cast<int64_t>(bytes.size());
+  std::memcpy(words.data() + 1, bytes.data(), bytes.size());
+  comm::GatheredBlocks all;
+  comm_
+      .allgatherv(Buffer{DType::I64, words.data(), words.size()}, &all,
+                  {.timeout = options_.timeout})
+      ->wait();
+  std::vector<std::string> out;
+  for (int r = 0; r < comm_.size(); ++r) {
+    const uint8_t* block = all.block(r);
+    int64_t len = 0;
+    std::memcpy(&len, block, sizeof(len));
+    const size_t have = (all.counts[static_cast<size_t>(r)] - 1) * sizeof(int64_t);
+    if (len < 0 || static_cast<size_t>(len) > have) {
+      throw Error("allgather_bytes: rank " + std::to_string(r) + " sent a length of " +
+                  std::to_string(len) + " in " + std::to_string(have) + " bytes");
+    }
+    out.emplace_back(reinterpret_cast<const char*>(block + sizeof(int64_t)),
+                     static_cast<size_t>(len));
+  }
+  return out;
+}
+
+std::string DistributedDataParallel::codec_state() const {
+  bool any = false;
+  for (const auto& b : buckets_)
+    any = any || (b.codec && b.codec->method() != compress::Method::None);
+  if (!any) return "";
+  ByteWriter w;
+  w.put<uint32_t>(static_cast<uint32_t>(buckets_.size()));
+  for (const auto& b : buckets_) w.put_string(b.codec ? b.codec->save_state() : std::string());
+  return std::string(w.bytes().begin(), w.bytes().end());
+}
+
+void DistributedDataParallel::load_codec_state(const std::string& state) {
+  if (state.empty()) return;
+  ByteReader r(reinterpret_cast<const uint8_t*>(state.data()), state.size());
+  try {
+    const auto n = r.get<uint32_t>();
+    if (n != buckets_.size()) {
+      throw Error("codec state of " + std::to_string(n) + " buckets, this model has " +
+                  std::to_string(buckets_.size()));
+    }
+    for (size_t i = 0; i < buckets_.size(); ++i) {
+      const std::string s = r.get_string();
+      if (!buckets_[i].codec || s.empty()) continue;
+      try {
+        buckets_[i].codec->load_state(s);
+      } catch (const Error& e) {
+        throw Error("bucket " + std::to_string(i) + ": " + e.what());
+      }
+    }
+  } catch (const ProtocolError&) {
+    throw Error("codec state truncated (" + std::to_string(state.size()) + " bytes)");
+  }
 }
 
 void DistributedDataParallel::broadcast_optimizer_state(torch::optim::Optimizer& optimizer,

@@ -116,6 +116,15 @@ class DistributedDataParallel {
   void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root = 0);
   // Copies an opaque byte string from root to every rank (length first, then bytes).
   std::string broadcast_bytes(const std::string& bytes, int root = 0);
+  // Every rank's byte string, on every rank (one allgatherv).
+  std::vector<std::string> allgather_bytes(const std::string& bytes);
+
+  // This rank's state of every bucket's codec (compress::Codec::save_state): the residuals of
+  // error feedback, PowerSGD's factors, int8's rounding stream. Empty when no bucket keeps any
+  // (no compression). load_codec_state restores it into a DDP of the same model, options and
+  // rank, and throws Error naming the bucket that does not fit.
+  std::string codec_state() const;
+  void load_codec_state(const std::string& state);
 
   // SHA-256 over every parameter's bytes in registration order, hex.
   std::string parameter_digest() const;

@@ -116,7 +116,8 @@ Parsed parse(const std::string& bytes, const std::string& name) {
 }  // namespace
 
 std::string encode_checkpoint(const CheckpointMeta& meta, torch::nn::Module& model,
-                              torch::optim::Optimizer* optimizer) {
+                              torch::optim::Optimizer* optimizer,
+                              const std::vector<std::string>& codec_states) {
   torch::serialize::OutputArchive archive;
   torch::serialize::OutputArchive model_archive;
   model.save(model_archive);
@@ -130,6 +131,16 @@ std::string encode_checkpoint(const CheckpointMeta& meta, torch::nn::Module& mod
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
     archive.write("rng_cpu", gen.get_state(), /*is_buffer=*/true);
+  }
+  if (!codec_states.empty()) {
+    torch::serialize::OutputArchive states;
+    states.write("ranks", torch::tensor(static_cast<int64_t>(codec_states.size())), true);
+    for (size_t r = 0; r < codec_states.size(); ++r) {
+      auto bytes = torch::empty({static_cast<int64_t>(codec_states[r].size())}, torch::kUInt8);
+      std::memcpy(bytes.data_ptr(), codec_states[r].data(), codec_states[r].size());
+      states.write("rank_" + std::to_string(r), bytes, /*is_buffer=*/true);
+    }
+    archive.write("codec_states", states);
   }
   std::ostringstream payload_stream;
   archive.save_to(payload_stream);
@@ -162,7 +173,7 @@ CheckpointMeta verify_checkpoint(const std::string& bytes, const std::string& na
 
 CheckpointMeta decode_checkpoint(const std::string& bytes, const std::string& name,
                                  torch::nn::Module& model, torch::optim::Optimizer* optimizer,
-                                 bool restore_rng) {
+                                 bool restore_rng, std::vector<std::string>* codec_states) {
   Parsed p = parse(bytes, name);
   try {
     torch::serialize::InputArchive archive;
@@ -184,6 +195,25 @@ CheckpointMeta decode_checkpoint(const std::string& bytes, const std::string& na
       std::lock_guard<std::mutex> lock(gen.mutex());
       gen.set_state(state);
     }
+    if (codec_states) {
+      codec_states->clear();
+      torch::serialize::InputArchive states;
+      if (archive.try_read("codec_states", states)) {
+        torch::Tensor ranks;
+        states.read("ranks", ranks, true);
+        for (int64_t r = 0; r < ranks.item<int64_t>(); ++r) {
+          torch::Tensor b;
+          states.read("rank_" + std::to_string(r), b, true);
+          if (b.scalar_type() != torch::kUInt8 || b.dim() != 1) {
+            throw CheckpointError(name + ": codec state of rank " + std::to_string(r) +
+                                  " is not a byte string");
+          }
+          b = b.contiguous();
+          codec_states->emplace_back(static_cast<const char*>(b.data_ptr()),
+                                     static_cast<size_t>(b.numel()));
+        }
+      }
+    }
   } catch (const c10::Error& e) {
     // The checksum matched, so this is a checkpoint of another model or optimizer.
     throw CheckpointError(name +
@@ -193,8 +223,9 @@ CheckpointMeta decode_checkpoint(const std::string& bytes, const std::string& na
 }
 
 void save_checkpoint(const fs::path& path, const CheckpointMeta& meta, torch::nn::Module& model,
-                     torch::optim::Optimizer* optimizer) {
-  write_file_atomically(path, encode_checkpoint(meta, model, optimizer));
+                     torch::optim::Optimizer* optimizer,
+                     const std::vector<std::string>& codec_states) {
+  write_file_atomically(path, encode_checkpoint(meta, model, optimizer, codec_states));
 }
 
 CheckpointMeta load_checkpoint(const fs::path& path, torch::nn::Module& model,
@@ -217,12 +248,13 @@ fs::path CheckpointDir::path_for(int64_t step) const {
 }
 
 fs::path CheckpointDir::save(const CheckpointMeta& meta, torch::nn::Module& model,
-                             torch::optim::Optimizer* optimizer) {
+                             torch::optim::Optimizer* optimizer,
+                             const std::vector<std::string>& codec_states) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) throw SystemError("create checkpoint directory " + dir_.string(), ec.value());
   const fs::path path = path_for(meta.step);
-  save_checkpoint(path, meta, model, optimizer);
+  save_checkpoint(path, meta, model, optimizer, codec_states);
   auto files = list();
   for (size_t i = 0; i + static_cast<size_t>(keep_) < files.size(); ++i) {
     fs::remove(files[i].path, ec);

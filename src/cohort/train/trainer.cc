@@ -289,6 +289,29 @@ class FaultInjector {
   std::set<std::ptrdiff_t> fired_;
 };
 
+// The codec state this rank had when the checkpoint `name` was written, if it holds one for a
+// job of this world size (compression that resumes otherwise starts with empty residuals).
+void restore_codec_state(ddp::DistributedDataParallel& ddp,
+                         const std::vector<std::string>& codec_states, int rank, int world,
+                         const std::string& name) {
+  if (codec_states.empty()) return;
+  if (codec_states.size() != static_cast<size_t>(world)) {
+    spdlog::warn(
+        "{}: holds the codec state of {} ranks, this job has {}: compression starts "
+        "with empty residuals",
+        name, codec_states.size(), world);
+    return;
+  }
+  try {
+    ddp.load_codec_state(codec_states[static_cast<size_t>(rank)]);
+  } catch (const Error& e) {
+    spdlog::warn(
+        "{}: its codec state does not fit this job's compression ({}): compression "
+        "starts with empty residuals",
+        name, e.what());
+  }
+}
+
 }  // namespace
 
 static compress::CompressionOptions compression_options(const JobConfig& cfg) {
@@ -480,7 +503,10 @@ json train(TrainerContext& ctx) {
           }
           name = ddp.broadcast_bytes(name);
           bytes = ddp.broadcast_bytes(bytes);
-          CheckpointMeta pos = decode_checkpoint(bytes, name, *model, optimizer.get());
+          std::vector<std::string> codec_states;
+          CheckpointMeta pos =
+              decode_checkpoint(bytes, name, *model, optimizer.get(), true, &codec_states);
+          restore_codec_state(ddp, codec_states, rank, world, name);
           state.step = resumed_from = pos.step;
           state.epoch = pos.epoch;
           state.consumed = pos.consumed;
@@ -548,6 +574,28 @@ json train(TrainerContext& ctx) {
 
       // Compression warm-up counts training steps: a resumed job does not warm up again.
       ddp.set_step(state.step);
+
+      // A checkpoint of this step, written by rank 0. With gradient compression every rank's
+      // codec state (residuals, PowerSGD's factors) goes with it, so that a resumed job continues
+      // exactly: then every rank calls this at the same step.
+      const bool compressed = compression_options(cfg).method != compress::Method::None;
+      auto save_checkpoint_now = [&] {
+        if (!compressed && (rank != 0 || !checkpoints)) return;
+        phase(state.step, comm::Phase::Checkpoint);
+        auto t = Clock::now();
+        std::vector<std::string> codec_states;
+        if (compressed) codec_states = ddp.allgather_bytes(ddp.codec_state());
+        if (rank != 0 || !checkpoints) return;
+        auto path = checkpoints->save({.step = state.step,
+                                       .epoch = state.epoch,
+                                       .consumed = state.consumed,
+                                       .world_size = world,
+                                       .seed = cfg.train.seed,
+                                       .job = cfg.name,
+                                       .time = wall_seconds()},
+                                      *model, optimizer.get(), codec_states);
+        spdlog::info("checkpoint {} written in {:.2f} s", path.string(), seconds_since(t));
+      };
 
       DistributedSampler sampler({.dataset_size = train_set.size(),
                                   .world_size = world,
@@ -721,34 +769,16 @@ json train(TrainerContext& ctx) {
             count_bytes();
             leave_epoch = commit(/*may_switch=*/!last);
           }
-          if (rank == 0 && checkpoints && cfg.checkpoint.every_steps > 0 &&
-              state.step % cfg.checkpoint.every_steps == 0) {
-            phase(state.step, comm::Phase::Checkpoint);
-            auto t = Clock::now();
-            auto path = checkpoints->save({.step = state.step,
-                                           .epoch = state.epoch,
-                                           .consumed = state.consumed,
-                                           .world_size = world,
-                                           .seed = cfg.train.seed,
-                                           .job = cfg.name,
-                                           .time = wall_seconds()},
-                                          *model, optimizer.get());
-            spdlog::info("checkpoint {} written in {:.2f} s", path.string(), seconds_since(t));
+          if (cfg.checkpoint.every_steps > 0 && state.step % cfg.checkpoint.every_steps == 0) {
+            save_checkpoint_now();
           }
           if (leave_epoch) throw MembershipSwitch{};
         }
       }
       train_s = train_seconds();
-      if (rank == 0 && checkpoints && cfg.checkpoint.every_steps > 0 && state.step > resumed_from &&
+      if (cfg.checkpoint.every_steps > 0 && state.step > resumed_from &&
           state.step % cfg.checkpoint.every_steps != 0) {
-        checkpoints->save({.step = state.step,
-                           .epoch = state.epoch,
-                           .consumed = state.consumed,
-                           .world_size = world,
-                           .seed = cfg.train.seed,
-                           .job = cfg.name,
-                           .time = wall_seconds()},
-                          *model, optimizer.get());
+        save_checkpoint_now();
       }
 
       status.maybe_report("evaluating", state.step, total_steps, state.epoch, bytes_now(), true);
