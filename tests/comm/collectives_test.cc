@@ -170,14 +170,59 @@ TEST(SendRecv, MessageArrivingDuringACollectiveWaitsForItsRecv) {
   });
 }
 
+// Messages that arrive before their recv are kept within CommConfig::p2p_stash_bytes per peer:
+// up to the limit they wait for their recvs; the one that would pass it fails the receiving
+// operation, naming the sender, the tag and the limit, instead of growing the stash without end.
+TEST(SendRecv, MessagesWaitingForTheirRecvAreBoundedPerPeer) {
+  World world(2, [](CommConfig& c) { c.p2p_stash_bytes = 4000; });
+  std::string error;
+  world.run([&](int r, Communicator& comm) {
+    std::vector<int32_t> msg(500, r);  // 2000 bytes
+    if (r == 0) {
+      for (uint32_t tag : {1u, 2u, 3u, 4u}) {
+        comm.send(Buffer{DType::I32, msg.data(), msg.size()}, 1, {.tag = tag})->wait();
+      }
+      return;
+    }
+    try {
+      // Tags 1 and 2 fill the stash exactly; tag 3 would pass it.
+      comm.recv(Buffer{DType::I32, msg.data(), msg.size()}, 0, {.tag = 4})->wait();
+    } catch (const ProtocolError& e) {
+      error = e.what();
+    }
+  });
+  EXPECT_NE(error.find("rank 0 sent a message of 2000 bytes (tag 3) before its recv was issued"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("4000 bytes of its messages already waiting"), std::string::npos) << error;
+  EXPECT_NE(error.find("limit of 4000"), std::string::npos) << error;
+}
+
+// The bound is on what waits, not on a message: one far larger than it goes straight into the
+// recv posted for it.
+TEST(SendRecv, AMessageLargerThanTheStashGoesStraightToItsRecv) {
+  World world(2, [](CommConfig& c) { c.p2p_stash_bytes = 4000; });
+  world.run([&](int r, Communicator& comm) {
+    std::vector<int64_t> msg(1 << 17);  // 1 MiB
+    if (r == 0) {
+      for (size_t i = 0; i < msg.size(); ++i) msg[i] = static_cast<int64_t>(i);
+      comm.send(Buffer{DType::I64, msg.data(), msg.size()}, 1, {.tag = 5})->wait();
+    } else {
+      comm.recv(Buffer{DType::I64, msg.data(), msg.size()}, 0, {.tag = 5})->wait();
+      for (size_t i = 0; i < msg.size(); ++i) ASSERT_EQ(msg[i], static_cast<int64_t>(i));
+    }
+  });
+}
+
 TEST(Collectives, SizeMismatchesAreRejectedAtTheCall) {
   World world(2);
   std::vector<float> a(10), b(10);
-  EXPECT_THROW(world[0].allgather(Buffer{DType::F32, a.data(), 10}, Buffer{DType::F32, b.data(), 10}),
-               ConfigError);
-  EXPECT_THROW(world[0].reduce_scatter(Buffer{DType::F32, a.data(), 10},
-                                       Buffer{DType::F32, b.data(), 4}),
-               ConfigError);
+  EXPECT_THROW(
+      world[0].allgather(Buffer{DType::F32, a.data(), 10}, Buffer{DType::F32, b.data(), 10}),
+      ConfigError);
+  EXPECT_THROW(
+      world[0].reduce_scatter(Buffer{DType::F32, a.data(), 10}, Buffer{DType::F32, b.data(), 4}),
+      ConfigError);
   EXPECT_THROW(world[0].broadcast(Buffer{DType::F32, a.data(), 10}, {.root = 2}), ConfigError);
   EXPECT_THROW(world[0].send(Buffer{DType::F32, a.data(), 10}, 0), ConfigError);
   EXPECT_THROW(world[0].allreduce(Buffer{DType::F32, nullptr, 10}), ConfigError);

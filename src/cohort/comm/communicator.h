@@ -79,6 +79,14 @@ struct CommConfig {
   // this process's CPU affinity); with more ranks than CPUs, spinning would take the CPU from the
   // rank that is to send the data. Zero: never spin.
   std::chrono::microseconds spin_wait{20};
+  // send/recv messages that arrive from one peer before their recv is issued are kept for it, up
+  // to this many bytes in all (per peer). A peer that sends more before this rank posts the
+  // recvs fails the operation in progress with ProtocolError naming it, the tag and the limit,
+  // rather than making this rank buffer without bound. The stash fills only while this rank
+  // reads that peer's connection for another operation; otherwise nothing is read and the
+  // sender waits in its socket buffer (TCP's back-pressure) until the recv comes or its deadline
+  // passes.
+  size_t p2p_stash_bytes = 64 << 20;
 };
 
 // Totals since the communicator was created (all ranks' own view).

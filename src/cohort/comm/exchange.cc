@@ -15,9 +15,6 @@
 namespace cohort::comm {
 namespace {
 
-// A send/recv message that arrives before its recv is buffered up to this size.
-constexpr uint64_t kMaxStashBytes = uint64_t{1} << 32;
-
 std::string rank_str(int r) {
   return "rank " + std::to_string(r);
 }
@@ -189,11 +186,17 @@ class Engine {
     }
     const auto kind = static_cast<OpKind>(h.kind);
     if (kind == OpKind::PointToPoint && !(id_.kind == OpKind::PointToPoint && h.tag == id_.tag)) {
-      // A message for a recv not issued yet: keep it for that recv.
-      if (h.bytes > kMaxStashBytes) {
-        throw ProtocolError(rank_str(peer) + " sent a message of " + std::to_string(h.bytes) +
-                            " bytes (tag " + std::to_string(h.tag) +
-                            ") before its recv was issued");
+      // A message for a recv not issued yet: keep it for that recv, within the stash's bound.
+      const uint64_t held = mesh_.stashed_bytes(peer);
+      if (h.bytes > mesh_.stash_limit() || held + h.bytes > mesh_.stash_limit()) {
+        throw ProtocolError(
+            rank_str(peer) + " sent a message of " + std::to_string(h.bytes) + " bytes (tag " +
+            std::to_string(h.tag) + ") before its recv was issued, while this rank is in " +
+            here() + "; with the " + std::to_string(held) +
+            " bytes of its messages already waiting for a recv that is over the limit of " +
+            std::to_string(mesh_.stash_limit()) +
+            " (CommConfig::p2p_stash_bytes): post the recv before the operation that waits on "
+            "the sender");
       }
       r_.stash = StashedMessage{h.tag, h.dtype, std::vector<uint8_t>(h.bytes)};
       r_.got = 0;

@@ -60,6 +60,7 @@ Mesh Mesh::connect(store::Store& store, const MeshOptions& o) {
   m.size_ = o.size;
   m.peers_.resize(static_cast<size_t>(o.size));
   m.stash_.resize(static_cast<size_t>(o.size));
+  m.stash_limit_ = o.p2p_stash_bytes;
   if (o.size == 1) return m;
 
   const Deadline deadline = Deadline::after(o.timeout);

@@ -35,6 +35,8 @@ struct MeshOptions {
   int socket_buffer_bytes = 256 << 10;
   // How long an accepted connection may take to complete its handshake.
   std::chrono::milliseconds handshake_timeout{3000};
+  // The most bytes of send/recv messages kept per peer before their recv (CommConfig).
+  size_t p2p_stash_bytes = 64 << 20;
 };
 
 // A send/recv message that arrived before the matching recv was issued.
@@ -59,6 +61,13 @@ class Mesh {
   // Non-blocking, TCP_NODELAY socket to peer (peer != rank()).
   net::Socket& peer(int r) { return peers_[static_cast<size_t>(r)]; }
   std::deque<StashedMessage>& stash(int r) { return stash_[static_cast<size_t>(r)]; }
+  size_t stash_limit() const { return stash_limit_; }
+  // Bytes of the messages in stash(r).
+  size_t stashed_bytes(int r) const {
+    size_t n = 0;
+    for (const auto& m : stash_[static_cast<size_t>(r)]) n += m.payload.size();
+    return n;
+  }
 
   // Shuts every connection down (both directions) without closing the descriptors, so a thread
   // blocked in poll on one of them wakes up. Safe to call from any thread, more than once.
@@ -70,6 +79,7 @@ class Mesh {
   int ranks_on_this_host_ = 1;
   std::vector<net::Socket> peers_;
   std::vector<std::deque<StashedMessage>> stash_;
+  size_t stash_limit_ = 64 << 20;
 };
 
 }  // namespace cohort::comm

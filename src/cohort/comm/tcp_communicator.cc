@@ -74,7 +74,8 @@ std::unique_ptr<Communicator> Communicator::create(store::Store& store, const Co
                                                .prefix = config.store_prefix,
                                                .timeout = config.timeout,
                                                .socket_buffer_bytes = config.socket_buffer_bytes,
-                                               .handshake_timeout = config.handshake_timeout});
+                                               .handshake_timeout = config.handshake_timeout,
+                                               .p2p_stash_bytes = config.p2p_stash_bytes});
   return std::make_unique<TcpCommunicator>(store, config, std::move(mesh));
 }
 
