@@ -97,25 +97,42 @@ class StreamReader {
     thread_ = std::thread([this, port] {
       httplib::Client c("127.0.0.1", port);
       c.set_read_timeout(30, 0);
-      c.Get("/api/stream", [this](const char* data, size_t n) {
-        std::lock_guard lk(mu_);
-        buf_.append(data, n);
-        for (size_t end; (end = buf_.find("\n\n")) != std::string::npos;) {
-          std::string ev = buf_.substr(0, end);
-          buf_.erase(0, end + 2);
-          auto d = ev.find("data: ");
-          if (ev.rfind("event: update", 0) == 0 && d != std::string::npos) {
-            events_.push_back(json::parse(ev.substr(d + 6)));
-          }
-        }
-        cv_.notify_all();
-        return !stop_.load();
-      });
+      c.Get(
+          "/api/stream",
+          [this](const httplib::Response& res) {
+            std::lock_guard lk(mu_);
+            status_ = res.status;
+            cv_.notify_all();
+            return res.status == 200;
+          },
+          [this](const char* data, size_t n) {
+            std::lock_guard lk(mu_);
+            buf_.append(data, n);
+            for (size_t end; (end = buf_.find("\n\n")) != std::string::npos;) {
+              std::string ev = buf_.substr(0, end);
+              buf_.erase(0, end + 2);
+              auto d = ev.find("data: ");
+              if (ev.rfind("event: update", 0) == 0 && d != std::string::npos) {
+                events_.push_back(json::parse(ev.substr(d + 6)));
+              }
+            }
+            cv_.notify_all();
+            return !stop_.load();
+          });
+      std::lock_guard lk(mu_);
+      if (status_ == 0) status_ = -1;  // no answer
+      cv_.notify_all();
     });
   }
   ~StreamReader() {
     stop_ = true;
     thread_.join();
+  }
+  // The HTTP status of the stream's response (-1: none came).
+  int status() {
+    std::unique_lock lk(mu_);
+    cv_.wait_for(lk, std::chrono::seconds(20), [&] { return status_ != 0; });
+    return status_;
   }
   // Waits for the n-th update (1-based).
   json update(size_t n) {
@@ -130,6 +147,7 @@ class StreamReader {
   std::condition_variable cv_;
   std::string buf_;
   std::vector<json> events_;
+  int status_ = 0;
   std::atomic<bool> stop_{false};
 };
 
@@ -164,6 +182,42 @@ TEST_F(ConsoleServerTest, StopEndsOpenStreamsPromptly) {
   auto t0 = std::chrono::steady_clock::now();
   server->stop();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
+// Streams cannot take every thread: past max_streams a stream is refused (503) and the rest of
+// the API still answers; a stream whose client has gone is noticed within seconds (its next
+// keep-alive fails) and frees its place.
+TEST(ConsoleServer, EventStreamsAreBoundedAndFreedWhenTheirClientGoes) {
+  auto job = std::make_shared<JobMonitor>(JobInfo{.name = "bounded", .world_size = 1});
+  ConsoleServer server(ConsoleServerOptions{.threads = 8, .max_streams = 2});
+  server.add_job("", job);
+  server.start();
+  auto a = std::make_unique<StreamReader>(server.port());
+  StreamReader b(server.port());
+  ASSERT_FALSE(a->update(1).is_null());
+  ASSERT_FALSE(b.update(1).is_null());
+  httplib::Client c("127.0.0.1", server.port());
+  c.set_read_timeout(10, 0);
+  auto refused = c.Get("/api/stream");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 503);
+  EXPECT_NE(refused->body.find("too many event streams open (2)"), std::string::npos);
+  auto api = c.Get("/api/job");
+  ASSERT_TRUE(api);
+  EXPECT_EQ(api->status, 200);
+  a.reset();  // its client goes
+  std::unique_ptr<StreamReader> again;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    again = std::make_unique<StreamReader>(server.port());
+    if (again->status() == 200) break;
+    again.reset();
+    ASSERT_TRUE(c.Get("/api/job"));  // a request between tries, not a sleep
+  }
+  ASSERT_TRUE(again) << "the place of a stream whose client went was never freed";
+  EXPECT_FALSE(again->update(1).is_null());
+  job->add_metric(record(1));  // wake the streams so their readers see them stop
+  server.stop();
 }
 
 TEST(ConsoleServer, APortInUseIsAClearError) {

@@ -123,6 +123,23 @@ TEST_F(ServeAccess, OnLoopbackReadsAreOpenButOnlyForLoopbackHostNames) {
   auto rebound = client_->Get("/api/jobs", {{"Host", "attacker.example:" + std::to_string(port_)}});
   ASSERT_TRUE(rebound);
   EXPECT_EQ(rebound->status, 403);
+  // A name that only starts like a loopback address is a name.
+  auto lookalike = client_->Get("/api/jobs", {{"Host", "127.0.0.1.attacker.example"}});
+  ASSERT_TRUE(lookalike);
+  EXPECT_EQ(lookalike->status, 403);
+  auto other = client_->Get("/api/jobs", {{"Host", "127.9.8.7:" + std::to_string(port_)}});
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 200);
+}
+
+// Found by fuzzing: a refusal quoting a Host header that is not UTF-8 made the JSON reply throw
+// (a 500 from the exception handler). Replies now replace such bytes and keep their status.
+TEST_F(ServeAccess, ARefusalQuotingBytesThatAreNotUtf8IsStillItsOwnAnswer) {
+  start("127.0.0.1");
+  auto res = client_->Get("/api/jobs", {{"Host", "attacker\xff\xfe.example"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 403) << res->body;
+  EXPECT_TRUE(nlohmann::json::accept(res->body)) << res->body;
 }
 
 TEST_F(ServeAccess, BeyondLoopbackReadsNeedTheTokenOrTheLoginCookie) {

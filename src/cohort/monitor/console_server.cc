@@ -20,12 +20,6 @@ namespace {
 
 constexpr auto kJson = "application/json";
 
-void send_json(httplib::Response& res, const json& body, int status = 200) {
-  res.status = status;
-  res.set_header("Cache-Control", "no-store");
-  res.set_content(body.dump(), kJson);
-}
-
 void send_asset(httplib::Response& res, std::string_view name) {
   const WebAsset* a = find_web_asset(name);
   if (!a) {
@@ -40,7 +34,8 @@ void send_asset(httplib::Response& res, std::string_view name) {
 bool stream_step(const JobMonitor& job, JobMonitor::Cursor& cursor, const ConsoleServer& server,
                  httplib::DataSink& sink) {
   if (cursor.version != 0) {
-    auto quiet_until = Clock::now() + std::chrono::seconds(15);
+    // A keep-alive each second: a write is how a stream learns that its client has gone.
+    auto quiet_until = Clock::now() + std::chrono::seconds(1);
     while (job.wait_for_change(cursor.version, std::chrono::milliseconds(250)) == cursor.version) {
       if (server.stopping() || !sink.is_writable()) return false;
       if (Clock::now() >= quiet_until) {
@@ -58,6 +53,13 @@ bool stream_step(const JobMonitor& job, JobMonitor::Cursor& cursor, const Consol
 }
 
 }  // namespace
+
+void send_json(httplib::Response& res, const nlohmann::json& body, int status) {
+  res.status = status;
+  res.set_header("Cache-Control", "no-store");
+  // Replace, not throw: an error may quote a request's path or headers, which can hold any bytes.
+  res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), kJson);
+}
 
 const WebAsset* find_web_asset(std::string_view name) {
   for (const auto& a : web_assets()) {
@@ -165,13 +167,23 @@ void ConsoleServer::add_jobs(const std::string& prefix, JobFinder find) {
           res.set_content(j.prometheus(), "text/plain; version=0.0.4; charset=utf-8");
         }));
   s.Get(prefix + "/api/stream", with_job([this](const JobMonitor&, Ptr job, Req, Res res) {
+          if (streams_.fetch_add(1) >= options_.max_streams) {
+            streams_.fetch_sub(1);
+            send_json(res,
+                      {{"error", "too many event streams open (" +
+                                     std::to_string(options_.max_streams) + "); poll /api/job"}},
+                      503);
+            return;
+          }
           res.set_header("Cache-Control", "no-store");
           res.set_header("X-Accel-Buffering", "no");
           auto cursor = std::make_shared<JobMonitor::Cursor>();
-          res.set_chunked_content_provider("text/event-stream",
-                                           [this, job, cursor](size_t, httplib::DataSink& sink) {
-                                             return stream_step(*job, *cursor, *this, sink);
-                                           });
+          res.set_chunked_content_provider(
+              "text/event-stream",
+              [this, job, cursor](size_t, httplib::DataSink& sink) {
+                return stream_step(*job, *cursor, *this, sink);
+              },
+              [this](bool) { streams_.fetch_sub(1); });
         }));
 }
 

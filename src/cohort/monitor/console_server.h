@@ -7,7 +7,9 @@
 //   GET <prefix>/api/metrics?since=S progress records with step > S (all without since)
 //   GET <prefix>/api/events          the event log
 //   GET <prefix>/api/stream          server-sent events: "update" with the job, the workers and
-//                                    the metrics and events added since the previous one
+//                                    the metrics and events added since the previous one; a
+//                                    keep-alive comment each second without one, so that a
+//                                    stream whose client has gone ends within seconds
 //   GET <prefix>/metrics             Prometheus text format
 // It binds to loopback unless told otherwise; the console is read-only.
 #pragma once
@@ -23,14 +25,22 @@
 
 namespace httplib {
 class Server;
-}
+struct Response;
+}  // namespace httplib
 
 namespace cohort::monitor {
+
+// A JSON reply that never fails: bytes that are not UTF-8 (an error quoting a request) become
+// U+FFFD. No caching.
+void send_json(httplib::Response& res, const nlohmann::json& body, int status = 200);
 
 struct ConsoleServerOptions {
   std::string bind_host = "127.0.0.1";
   uint16_t port = 0;  // 0: any free port
   int threads = 32;   // each open event stream holds one
+  // Event streams open at once; more are answered 503, so that streams (browser tabs, or a
+  // client that opens many) never take every thread from the rest of the API.
+  int max_streams = 16;
 };
 
 class ConsoleServer {
@@ -62,6 +72,7 @@ class ConsoleServer {
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
+  std::atomic<int> streams_{0};
   uint16_t port_ = 0;
 };
 

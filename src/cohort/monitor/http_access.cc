@@ -1,5 +1,6 @@
 #include "cohort/monitor/http_access.h"
 
+#include <arpa/inet.h>
 #include <httplib.h>
 
 #include "cohort/base/secret.h"
@@ -54,7 +55,9 @@ bool same_origin(const httplib::Request& req) {
 }  // namespace
 
 bool is_loopback_host(const std::string& host) {
-  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
+  if (host == "localhost" || host == "::1" || host == "[::1]") return true;
+  in_addr a{};  // a dotted IPv4 literal in 127.0.0.0/8, not a name that starts with "127."
+  return ::inet_pton(AF_INET, host.c_str(), &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
 }
 
 std::optional<HttpRefusal> check_access(const httplib::Request& req,

@@ -29,9 +29,7 @@ bool is_final(const std::string& state) {
 }
 
 void reply(httplib::Response& res, const json& body, int status = 200) {
-  res.status = status;
-  res.set_header("Cache-Control", "no-store");
-  res.set_content(body.dump(), "application/json");
+  send_json(res, body, status);
 }
 
 void reply_asset(httplib::Response& res, std::string_view name) {
