@@ -5,7 +5,7 @@ BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: deps configure build run test install test-asan test-tsan bench-training bench-compare bench-compression bench-recovery accuracy-compression bench-trace format lint clean
+.PHONY: deps configure build run test install test-asan test-tsan fuzz bench-training bench-compare bench-compression bench-recovery accuracy-compression bench-trace format lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -28,6 +28,12 @@ test-asan:
 
 test-tsan:
 	$(MAKE) test PRESET=tsan
+
+# libFuzzer (clang, ASan + UBSan) on every decoder that reads what others send: frames, the
+# handshake, the store protocol, job files, checkpoints, the console's HTTP API. FUZZ_SECONDS each
+# (60); scripts/fuzz.sh.
+fuzz: deps
+	scripts/fuzz.sh
 
 # Cohort against OpenMPI and Gloo, side by side; writes the table into BENCHMARKS.md.
 bench-training: build

@@ -10,8 +10,8 @@ PACKAGES=(
   libssl-dev zlib1g-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libsqlite3-dev
   # the web console: HTTP server; node and npm install its assets (web/), chromium runs its test
   libcpp-httplib-dev nodejs chromium
-  # tests and benchmarks
-  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  # tests and benchmarks; clang with its libFuzzer runtime for make fuzz
+  libgtest-dev libgmock-dev googletest libbenchmark-dev clang libclang-rt-14-dev
   # training: libtorch with a fast BLAS, and the reference data set
   libtorch-dev libopenblas0-pthread dataset-fashion-mnist
   # gradient compression: PowerSGD's matrix products (cblas)

@@ -18,6 +18,7 @@
 #include "cohort/comm/half.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define COHORT_X86 1
 #define COHORT_AVX2 __attribute__((target("avx2")))
@@ -33,15 +34,21 @@ namespace {
 
 struct Sum {
   template <typename T>
-  static COHORT_INLINE T apply(T x, T y) { return x + y; }
+  static COHORT_INLINE T apply(T x, T y) {
+    return x + y;
+  }
 };
 struct Max {
   template <typename T>
-  static COHORT_INLINE T apply(T x, T y) { return x < y ? y : x; }
+  static COHORT_INLINE T apply(T x, T y) {
+    return x < y ? y : x;
+  }
 };
 struct Min {
   template <typename T>
-  static COHORT_INLINE T apply(T x, T y) { return y < x ? y : x; }
+  static COHORT_INLINE T apply(T x, T y) {
+    return y < x ? y : x;
+  }
 };
 
 template <typename T, typename Op>
@@ -82,20 +89,24 @@ bool have_avx2() {
 
 // Defines name(...) which runs `body` compiled for AVX2 or for the baseline, whichever the CPU
 // supports. The loop templates are always_inline, so each copy is vectorised for its target.
-#define COHORT_DISPATCH(name, params, args, body)          \
-  COHORT_AVX2 void name##_avx2 params { body; }            \
-  void name##_base params { body; }                        \
-  void name params {                                       \
-    if (have_avx2()) return name##_avx2 args;              \
-    name##_base args;                                      \
+#define COHORT_DISPATCH(name, params, args, body) \
+  COHORT_AVX2 void name##_avx2 params {           \
+    body;                                         \
+  }                                               \
+  void name##_base params {                       \
+    body;                                         \
+  }                                               \
+  void name params {                              \
+    if (have_avx2()) return name##_avx2 args;     \
+    name##_base args;                             \
   }
 #define COHORT_KERNEL_PARAMS (void* d, const void* a, const void* b, size_t n)
 #define COHORT_KERNEL_ARGS (d, a, b, n)
 
-#define COHORT_KERNEL(name, T, OP)                                            \
-  COHORT_DISPATCH(name, COHORT_KERNEL_PARAMS, COHORT_KERNEL_ARGS,             \
-                  (loop<T, OP>(static_cast<T*>(d), static_cast<const T*>(a), \
-                               static_cast<const T*>(b), n)))
+#define COHORT_KERNEL(name, T, OP)                    \
+  COHORT_DISPATCH(                                    \
+      name, COHORT_KERNEL_PARAMS, COHORT_KERNEL_ARGS, \
+      (loop<T, OP>(static_cast<T*>(d), static_cast<const T*>(a), static_cast<const T*>(b), n)))
 COHORT_KERNEL(sum_f32, float, Sum)
 COHORT_KERNEL(max_f32, float, Max)
 COHORT_KERNEL(min_f32, float, Min)
@@ -113,8 +124,8 @@ COHORT_DISPATCH(sum_i32, COHORT_KERNEL_PARAMS, COHORT_KERNEL_ARGS,
 COHORT_DISPATCH(sum_i64, COHORT_KERNEL_PARAMS, COHORT_KERNEL_ARGS,
                 (int_sum<int64_t, uint64_t>(d, a, b, n)))
 
-#define COHORT_BF16_KERNEL(name, OP)                                                   \
-  COHORT_DISPATCH(name, COHORT_KERNEL_PARAMS, COHORT_KERNEL_ARGS,                      \
+#define COHORT_BF16_KERNEL(name, OP)                                                         \
+  COHORT_DISPATCH(name, COHORT_KERNEL_PARAMS, COHORT_KERNEL_ARGS,                            \
                   (bf16_loop<OP>(static_cast<uint16_t*>(d), static_cast<const uint16_t*>(a), \
                                  static_cast<const uint16_t*>(b), n)))
 COHORT_BF16_KERNEL(sum_bf16, Sum)
@@ -152,8 +163,12 @@ __attribute__((target("avx2,f16c"))) void f16_loop_f16c(uint16_t* dst, const uin
   }
 }
 
+// F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
 bool have_f16c() {
-  static const bool ok = have_avx2() && __builtin_cpu_supports("f16c");
+  static const bool ok = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return have_avx2() && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  }();
   return ok;
 }
 #endif
@@ -174,12 +189,18 @@ using Kernel = void (*)(void*, const void*, const void*, size_t);
 Kernel pick(DType dt, ReduceOp op) {
   const int o = op == ReduceOp::Max ? 1 : op == ReduceOp::Min ? 2 : 0;  // Avg reduces as Sum
   switch (dt) {
-    case DType::F32: return o == 0 ? sum_f32 : o == 1 ? max_f32 : min_f32;
-    case DType::F64: return o == 0 ? sum_f64 : o == 1 ? max_f64 : min_f64;
-    case DType::I32: return o == 0 ? sum_i32 : o == 1 ? max_i32 : min_i32;
-    case DType::I64: return o == 0 ? sum_i64 : o == 1 ? max_i64 : min_i64;
-    case DType::BF16: return o == 0 ? sum_bf16 : o == 1 ? max_bf16 : min_bf16;
-    case DType::F16: return o == 0 ? f16_kernel<Sum> : o == 1 ? f16_kernel<Max> : f16_kernel<Min>;
+    case DType::F32:
+      return o == 0 ? sum_f32 : o == 1 ? max_f32 : min_f32;
+    case DType::F64:
+      return o == 0 ? sum_f64 : o == 1 ? max_f64 : min_f64;
+    case DType::I32:
+      return o == 0 ? sum_i32 : o == 1 ? max_i32 : min_i32;
+    case DType::I64:
+      return o == 0 ? sum_i64 : o == 1 ? max_i64 : min_i64;
+    case DType::BF16:
+      return o == 0 ? sum_bf16 : o == 1 ? max_bf16 : min_bf16;
+    case DType::F16:
+      return o == 0 ? f16_kernel<Sum> : o == 1 ? f16_kernel<Max> : f16_kernel<Min>;
   }
   throw Error("reduce: unknown dtype " + std::to_string(static_cast<int>(dt)));
 }
@@ -193,8 +214,12 @@ COHORT_DISPATCH(div_f32, (void* p, size_t n, int d), (p, n, d),
                 (div_loop(static_cast<float*>(p), n, static_cast<float>(d))))
 COHORT_DISPATCH(div_f64, (void* p, size_t n, int d), (p, n, d),
                 (div_loop(static_cast<double*>(p), n, static_cast<double>(d))))
-void div_i32(void* p, size_t n, int d) { div_loop(static_cast<int32_t*>(p), n, int32_t{d}); }
-void div_i64(void* p, size_t n, int d) { div_loop(static_cast<int64_t*>(p), n, int64_t{d}); }
+void div_i32(void* p, size_t n, int d) {
+  div_loop(static_cast<int32_t*>(p), n, int32_t{d});
+}
+void div_i64(void* p, size_t n, int d) {
+  div_loop(static_cast<int64_t*>(p), n, int64_t{d});
+}
 COHORT_INLINE void div_bf16_loop(uint16_t* h, size_t n, float df) {
   for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(bf16_to_f32(h[i]) / df);
 }
@@ -221,12 +246,18 @@ void divide(DType dtype, void* data, size_t count, int divisor) {
   if (count == 0 || divisor == 1) return;
   if (divisor == 0) throw Error("divide: divisor is zero");
   switch (dtype) {
-    case DType::F32: return div_f32(data, count, divisor);
-    case DType::F64: return div_f64(data, count, divisor);
-    case DType::F16: return div_f16(data, count, divisor);
-    case DType::BF16: return div_bf16(data, count, divisor);
-    case DType::I32: return div_i32(data, count, divisor);
-    case DType::I64: return div_i64(data, count, divisor);
+    case DType::F32:
+      return div_f32(data, count, divisor);
+    case DType::F64:
+      return div_f64(data, count, divisor);
+    case DType::F16:
+      return div_f16(data, count, divisor);
+    case DType::BF16:
+      return div_bf16(data, count, divisor);
+    case DType::I32:
+      return div_i32(data, count, divisor);
+    case DType::I64:
+      return div_i64(data, count, divisor);
   }
 }
 

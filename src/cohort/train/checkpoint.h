@@ -29,25 +29,9 @@
 #include <vector>
 
 #include "cohort/base/error.h"
+#include "cohort/train/checkpoint_format.h"
 
 namespace cohort::train {
-
-// A checkpoint is truncated, corrupt, of another format, or does not fit the model.
-class CheckpointError : public Error {
- public:
-  using Error::Error;
-};
-
-struct CheckpointMeta {
-  int64_t step = 0;      // optimizer steps completed
-  int64_t epoch = 0;     // DistributedSampler position: epoch ...
-  int64_t consumed = 0;  // ... and samples of it consumed by all ranks together
-  int64_t world_size = 1;
-  uint64_t seed = 0;
-  std::string job = "";
-  double time = 0;  // wall-clock seconds since the Unix epoch when written
-  bool operator==(const CheckpointMeta&) const = default;
-};
 
 // The bytes of a checkpoint (the same as a file's), e.g. for an in-memory snapshot sent to a peer.
 // `optimizer` may be null (then none is stored, and none may be restored).
