@@ -19,6 +19,16 @@ training time so far, evaluations excluded; --stop-at-accuracy A stops at the fi
 that reaches A. --fp16-hook compresses gradients to fp16 for the allreduce with PyTorch's own
 communication hook (ddp_comm_hooks.default_hooks.fp16_compress_hook).
 
+--powersgd-hook R compresses gradients with PyTorch's PowerSGD hook (ddp_comm_hooks.powerSGD_hook,
+rank R, error feedback and warm start on, plain allreduce for the first --powersgd-start steps).
+On Gloo (torch 1.13) the hook as shipped aborts or hangs once a model has more than one bucket:
+it starts its P and Q allreduces from future callbacks, which Gloo completes on its worker
+threads, so the ranks issue their collectives in different orders and Gloo, which matches them by
+a per-group counter, pairs different operations ("op.preamble.length <= op.nbytes"). It runs here
+wrapped so that each bucket's hook finishes before the next starts (what a PyTorch user on Gloo
+must do; it costs the hook's overlap with backward). batched_powerSGD_hook fails in torch 1.13
+whatever the backend (a 2-D Q given to a 3-D _orthogonalize).
+
 --memory-format channels_last runs the convolutional model in NHWC, the one line a PyTorch user
 adds for it (model.to(memory_format=torch.channels_last), and the same for each input batch);
 contiguous (the default) is PyTorch's NCHW. The result line names the layout.
@@ -35,7 +45,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
 
 def read_idx(path):
@@ -81,6 +91,8 @@ def main():
     p.add_argument("--eval-every-steps", type=int, default=0)
     p.add_argument("--stop-at-accuracy", type=float, default=0)
     p.add_argument("--fp16-hook", action="store_true")
+    p.add_argument("--powersgd-hook", type=int, default=0, metavar="RANK")
+    p.add_argument("--powersgd-start", type=int, default=10)
     p.add_argument("--memory-format", choices=["contiguous", "channels_last"],
                    default="contiguous")
     args = p.parse_args()
@@ -98,6 +110,17 @@ def main():
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb)
     if args.fp16_hook:
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    if args.powersgd_hook:
+        state = powerSGD_hook.PowerSGDState(
+            process_group=None, matrix_approximation_rank=args.powersgd_hook,
+            start_powerSGD_iter=max(2, args.powersgd_start))
+
+        def powersgd_in_bucket_order(state, bucket):
+            fut = powerSGD_hook.powerSGD_hook(state, bucket)
+            fut.wait()  # every collective of this bucket issued before the next bucket's
+            return fut
+
+        ddp.register_comm_hook(state, powersgd_in_bucket_order)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
     sampler = torch.utils.data.distributed.DistributedSampler(
         range(len(y_train)), num_replicas=world, rank=rank, shuffle=True, seed=args.seed)

@@ -41,7 +41,7 @@ BUILD=${BENCH_BUILD_DIR:-$ROOT/build/release}
 RATES=${BENCH_RATES:-100mbit}
 WORKERS=${BENCH_WORKERS:-2}
 # The most telling first, so that a run cut short has the comparison the target is about.
-CONFIGS=${BENCH_CONFIGS:-pytorch:none cohort:topk cohort:powersgd cohort:int8 cohort:none pytorch:fp16 cohort:fp16}
+CONFIGS=${BENCH_CONFIGS:-pytorch:none cohort:topk cohort:powersgd cohort:int8 cohort:none pytorch:fp16 cohort:fp16 pytorch:powersgd}
 TARGET=${BENCH_TARGET:-0.85}
 EVAL_EVERY=${BENCH_EVAL_EVERY:-50}
 CAP_S=${BENCH_CAP_S:-600}
@@ -166,6 +166,8 @@ run_torch() {  # RATE N HOOK
   port=$((port + 1))
   local before load quiet extra=()
   [[ $hook != fp16 ]] || extra=(--fp16-hook)
+  # PowerSGD as Cohort's: rank 4, the same warm-up (comm.powersgd.warmup_steps' default, 10).
+  [[ $hook != powersgd ]] || extra=(--powersgd-hook 4 --powersgd-start 10)
   wait_quiet "pytorch $hook $rate $n"
   IFS=$'\t' read -r _ load _ quiet < <(tail -n 1 "$QUIET_LOG")  # the load it starts at
   before=$(tx_bytes "$n")
@@ -313,6 +315,19 @@ for (rate, n, batch, lr) in sorted({(r["rate"], r["workers"], r["batch"], r["lr"
                                    "busy" if busy else
                                    "met" if met_t else ("not met" if met_t is False else "see text"),
                                    bratio, "busy" if busy else "met" if bratio >= 4 else "not met")]
+        # And against the fastest PyTorch configuration that works (reaches the target): its
+        # fp16 or PowerSGD hook where they beat its uncompressed run.
+        torch_ok = [r for r in sel if r["system"] == "pytorch-ddp" and r["reached"]]
+        if torch_ok:
+            peer = min(torch_ok, key=lambda r: r["seconds"])
+            ratio = peer["seconds"] / best["seconds"]
+            pbusy = busy or peer["busy"]
+            lines += ["", "Against PyTorch DDP's fastest configuration that reaches %s (%s, "
+                      "%.1f s): Cohort's %s is %.2f× sooner (target ≥ 3×: %s) and sends %.2f× "
+                      "fewer bytes per step." % (
+                          target, peer["compression"], peer["seconds"], best["compression"],
+                          ratio, "busy" if pbusy else "met" if ratio >= 3 else "not met",
+                          peer["link_bytes_per_step"] / best["link_bytes_per_step"])]
     lines.append("")
 lines.append(END)
 text = open(output).read() if os.path.exists(output) else "# Benchmarks\n"
