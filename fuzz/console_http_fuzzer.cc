@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -17,12 +18,14 @@
 
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
+#include "cohort/monitor/job_history.h"
 #include "cohort/monitor/job_server.h"
 
 namespace {
 
 constexpr const char* kToken = "fuzz-token-0123456789abcdef";
 std::unique_ptr<cohort::monitor::JobServer> g_server;
+std::unique_ptr<cohort::monitor::JobHistory> g_history;  // a second connection, to check on it
 uint16_t g_port = 0;
 
 void start_server() {
@@ -30,6 +33,24 @@ void start_server() {
   const fs::path home =
       fs::temp_directory_path() / ("cohort-http-fuzz-" + std::to_string(getpid()));
   fs::remove_all(home);
+  fs::create_directories(home);
+  {
+    // Two jobs for the routes that need one: 1 queued (it needs more workers than the server
+    // has, so it never starts), 2 finished, with a summary, metrics and events.
+    cohort::monitor::JobHistory history((home / "history.db").string());
+    history.add({.name = "queued", .state = "queued", .workers = 2, .config_yaml = "ok"});
+    const int64_t done = history.add({.name = "done",
+                                      .state = "completed",
+                                      .workers = 1,
+                                      .config_yaml = "ok",
+                                      .submitted = 1,
+                                      .started = 2,
+                                      .finished = 3,
+                                      .summary = {{"status", "completed"}, {"steps", 10}}});
+    history.add_metric(done, {{"step", 10}, {"loss", 0.5}, {"samples_per_sec", 100.0}});
+    history.add_event(done, {{"time", 2.5}, {"event", "checkpoint"}});
+  }
+  g_history = std::make_unique<cohort::monitor::JobHistory>((home / "history.db").string());
   g_server = std::make_unique<cohort::monitor::JobServer>(cohort::monitor::JobServerOptions{
       .home = home.string(),
       .bind_host = "127.0.0.1",
@@ -88,12 +109,16 @@ bool exchange(const uint8_t* data, size_t size) {
   char buf[4096];
   size_t got = 0;
   bool answered = true;
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point until = Clock::now() + std::chrono::seconds(10);  // for the first byte
   while (got < (64u << 10)) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
     pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, got == 0 ? 10000 : 2000) <= 0) {
+    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) {
       answered = got > 0;
       break;
     }
+    if (got == 0) until = Clock::now() + std::chrono::seconds(2);  // then 2 s in all
     ssize_t k = ::recv(fd, buf, sizeof(buf), 0);
     if (k <= 0) break;
     got += static_cast<size_t>(k);
@@ -106,7 +131,26 @@ bool exchange(const uint8_t* data, size_t size) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!g_server) start_server();
-  if (exchange(data, size)) return 0;
+  const std::string_view input(reinterpret_cast<const char*>(data), size);
+  const bool has_token = input.find(kToken) != std::string_view::npos;
+  const bool answered = exchange(data, size);
+  // The queued job changes only by a cancel that carries the token.
+  if (input.find("cancel") != std::string_view::npos) {
+    auto job = g_history->get(1);
+    if (!job) __builtin_trap();
+    if (job->state != "queued") {
+      if (!has_token) {
+        std::fprintf(stderr, "console_http_fuzzer: job 1 is %s after a request without the token\n",
+                     job->state.c_str());
+        __builtin_trap();
+      }
+      job->state = "queued";  // for the inputs after this one
+      job->finished = 0;
+      job->error.clear();
+      g_history->update(*job);
+    }
+  }
+  if (answered) return 0;
   // No answer on this connection. A server that still answers a plain request on a new one has
   // dropped a connection it could not parse without closing it - slow, not stuck (loopback under
   // this load also loses the odd connection in the kernel); one that does not is hung.
@@ -115,8 +159,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::fprintf(stderr, "console_http_fuzzer: the server answers nothing for 10 s\n");
     __builtin_trap();
   }
+  // Once is the kernel's; again and again is connections the server drops without closing.
+  static int stalls = 0;
   std::fprintf(stderr,
-               "console_http_fuzzer: no answer on one connection in 10 s; the server still "
-               "answers\n");
+               "console_http_fuzzer: no answer on one connection in 10 s (%d so far); the "
+               "server still answers\n",
+               ++stalls);
+  if (stalls > 3) __builtin_trap();
   return 0;
 }

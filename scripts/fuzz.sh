@@ -47,8 +47,8 @@ for name in "${names[@]}"; do
   if "$bin" -max_total_time="$SECONDS_EACH" -timeout="${timeout[$name]:-10}" -rss_limit_mb=2048 \
       -max_len="${max_len[$name]:-4096}" -seed="${FUZZ_SEED:-1}" -print_final_stats=1 \
       -artifact_prefix="$BUILD/findings/$name-" "$corpus" >"$BUILD/$name.log" 2>&1; then
-    grep -E '^stat::number_of_executed_units|^stat::new_units_added' "$BUILD/$name.log" |
-      tr '\n' ' ' | sed "s/^/fuzz: $name: /"
+    { grep -aE '^stat::number_of_executed_units|^stat::new_units_added' "$BUILD/$name.log" ||
+      true; } | tr '\n' ' ' | sed "s/^/fuzz: $name: /"
     echo
   else
     tail -60 "$BUILD/$name.log"

@@ -290,14 +290,32 @@ TEST(DistributedDataParallel, BuffersAreSynchronisedAtEveryStep) {
         }
       }
     }
-    for (int r = 0; r < world; ++r) {
-      if (mode == BufferSync::None) {
-        EXPECT_NE(check_error[r].find("'bn.running_mean (buffer)'"), std::string::npos)
-            << check_error[r];
-      } else {
-        EXPECT_EQ(check_error[r], "") << "rank " << r;
-      }
+    // The check compares buffers that are kept equal, and only those.
+    for (int r = 0; r < world; ++r) EXPECT_EQ(check_error[r], "") << "rank " << r;
+  }
+}
+
+// A replica whose buffers drifted (here: changed by hand on one rank) is named by the check.
+TEST(DistributedDataParallel, TheParameterCheckNamesABufferThatDiffers) {
+  const int world = 2;
+  std::vector<std::string> errors(world);
+  run_ranks(world, [&](int rank, comm::Communicator& c) {
+    auto model = seeded_norm_net(7);
+    DistributedDataParallel ddp(model, c);
+    if (rank == 1) {
+      torch::NoGradGuard no_grad;
+      model->bn->running_var.add_(1.0);
     }
+    try {
+      ddp.check_parameters("step 3");
+    } catch (const ReplicaDivergenceError& e) {
+      errors[rank] = e.what();
+    }
+  });
+  for (int r = 0; r < world; ++r) {
+    EXPECT_NE(errors[r].find("parameters diverged at step 3: rank 1's 'bn.running_var (buffer)'"),
+              std::string::npos)
+        << errors[r];
   }
 }
 

@@ -6,6 +6,8 @@
 
 #include <filesystem>
 
+#include "cohort/base/bytes.h"
+#include "cohort/base/checksum.h"
 #include "cohort/base/file.h"
 #include "cohort/train/models.h"
 
@@ -124,6 +126,34 @@ TEST_F(Checkpoints, CodecStatesOfEveryRankRoundTrip) {
   EXPECT_EQ(back, states);
   decode_checkpoint(read_file(without), "without", *model_, opt_.get(), true, &back);
   EXPECT_TRUE(back.empty());
+}
+
+// Found by fuzzing the format: a checksum-valid file whose metadata has 1e19 (a float) for an
+// integer was converted unchecked (undefined behaviour); now it is refused by name.
+TEST_F(Checkpoints, MetadataNumbersMustBeIntegersInRange) {
+  auto framed = [](const std::string& meta) {
+    const Digest d = sha256(meta.data(), meta.size());
+    ByteWriter w;
+    w.put_bytes("COHORTCK", 8)
+        .put<uint32_t>(1)
+        .put<uint32_t>(static_cast<uint32_t>(meta.size()))
+        .put<uint64_t>(0)
+        .put_bytes(d.data(), d.size());
+    return std::string(w.bytes().begin(), w.bytes().end()) + meta;
+  };
+  const std::string rest = R"("epoch": 0, "consumed": 0, "world_size": 1, "job": "j", "time": 1)";
+  auto error = [&](const std::string& fields) {
+    try {
+      verify_checkpoint(framed("{" + fields + ", " + rest + "}"), "f.cohort");
+    } catch (const CheckpointError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error(R"("step": 1e19, "seed": 1)"),
+            "f.cohort: unreadable metadata: step is not an integer");
+  EXPECT_EQ(error(R"("step": 1, "seed": -3)"), "f.cohort: unreadable metadata: seed is negative");
+  EXPECT_EQ(error(R"("step": 1, "seed": 18446744073709551615)"), "");
 }
 
 TEST_F(Checkpoints, MetadataWithoutAModel) {

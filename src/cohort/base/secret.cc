@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -18,13 +19,17 @@ namespace cohort {
 std::string read_secret_file(const std::filesystem::path& path, const std::string& what,
                              size_t min_length) {
   const std::string name = what + " " + path.string();
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
   if (fd < 0) throw ConfigError(name + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
     throw ConfigError(name + ": cannot stat: " + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw ConfigError(name + ": not a regular file");
   }
   if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
     ::close(fd);
@@ -51,7 +56,15 @@ std::string read_secret_file(const std::filesystem::path& path, const std::strin
     }
   }
   ::close(fd);
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  // It travels in HTTP headers and cookies and in environment variables: visible ASCII only.
+  for (char c : s) {
+    if (c <= ' ' || c > '~' || c == ';' || c == ',' || c == '"' || c == '\\') {
+      throw ConfigError(name +
+                        ": a token may hold only visible ASCII characters other than "
+                        "; , \" and \\ (whitespace only at its end)");
+    }
+  }
   if (s.size() < min_length) {
     throw ConfigError(name + ": a token needs " + std::to_string(min_length) +
                       " characters or more");

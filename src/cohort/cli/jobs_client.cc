@@ -33,6 +33,13 @@ fs::path serve_home() {
   return ".cohort";
 }
 
+// A server named by --server or $COHORT_SERVER is another machine's, or another user's: it gets
+// no token but the one --token-file names.
+bool server_named(const Args& args) {
+  const char* env = std::getenv("COHORT_SERVER");
+  return args.has("server") || (env && *env);
+}
+
 std::string server_url(const Args& args) {
   if (auto s = args.get("server")) return *s;
   if (const char* s = std::getenv("COHORT_SERVER"); s && *s) return s;
@@ -40,12 +47,13 @@ std::string server_url(const Args& args) {
   return "http://127.0.0.1:8090";
 }
 
-// The server's token: --token-file, else the one `cohort serve` left in its home; none if
-// neither is there (the server then refuses what needs it, and says so).
+// The server's token: --token-file, else - for the server of this home only - the one
+// `cohort serve` left there; none otherwise (the server then refuses what needs it, and says so).
 std::string server_token(const Args& args) {
   if (auto f = args.get("token-file")) return read_secret_file(*f, "--token-file");
   const fs::path mine = serve_home() / "serve.token";
-  return fs::exists(mine) ? read_secret_file(mine, "token file") : std::string();
+  if (server_named(args) || !fs::exists(mine)) return "";
+  return read_secret_file(mine, "token file");
 }
 
 class ServerClient {

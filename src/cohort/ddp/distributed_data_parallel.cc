@@ -159,8 +159,16 @@ void DistributedDataParallel::build_buckets() {
 void DistributedDataParallel::build_buffer_groups() {
   if (options_.buffers == BufferSync::None || comm_.size() == 1) return;
   std::map<c10::ScalarType, BufferGroup> groups;
-  for (auto& b : module_->buffers(/*recurse=*/true)) {
-    if (b.numel() > 0) groups[b.scalar_type()].tensors.push_back(b);
+  for (const auto& item : module_->named_buffers(/*recurse=*/true)) {
+    const torch::Tensor& b = item.value();
+    if (b.numel() == 0) continue;
+    try {
+      (void)to_comm_dtype(b);
+    } catch (const Error& e) {
+      throw Error("buffer '" + item.key() + "': " + e.what() +
+                  "; synchronise buffers of other types yourself (DdpOptions::buffers = None)");
+    }
+    groups[b.scalar_type()].tensors.push_back(b);
   }
   for (auto& [type, g] : groups) {
     int64_t total = 0;
@@ -221,8 +229,6 @@ void DistributedDataParallel::start_backward() {
   comm_before_ = comm_.stats();
   next_to_launch_ = 0;
   in_backward_ = true;
-  // Before any bucket: every rank issues the buffers' collectives first.
-  launch_buffer_sync();
 }
 
 void DistributedDataParallel::on_gradient(size_t i, const torch::Tensor& grad) {
@@ -307,11 +313,14 @@ void DistributedDataParallel::finish_backward() {
 
   auto t0 = Clock::now();
   for (auto& b : buckets_) wait(b);
-  finish_buffer_sync();
-  stats_.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  // Gradient bytes only (DdpStats): counted before the buffers' collectives, which follow the
+  // buckets' on every rank. Their time is synchronisation too.
   const comm::CommStats now = comm_.stats();
   stats_.bytes_sent += now.bytes_sent - comm_before_.bytes_sent;
   stats_.bytes_received += now.bytes_received - comm_before_.bytes_received;
+  launch_buffer_sync();
+  finish_buffer_sync();
+  stats_.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
 
   torch::NoGradGuard no_grad;
   for (auto& b : buckets_) {
@@ -380,28 +389,40 @@ std::string DistributedDataParallel::broadcast_bytes(const std::string& bytes, i
   return std::string(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(len));
 }
 
-std::vector<std::string> DistributedDataParallel::allgather_bytes(const std::string& bytes) {
-  // Whole i64 words, the first the length in bytes.
-  std::vector<int64_t> words(1 + (bytes.size() + 7) / 8, 0);
-  words[0] = static_cast<int64_t>(bytes.size());
-  std::memcpy(words.data() + 1, bytes.data(), bytes.size());
-  comm::GatheredBlocks all;
-  comm_
-      .allgatherv(Buffer{DType::I64, words.data(), words.size()}, &all,
-                  {.timeout = options_.timeout})
-      ->wait();
-  std::vector<std::string> out;
-  for (int r = 0; r < comm_.size(); ++r) {
-    const uint8_t* block = all.block(r);
-    int64_t len = 0;
-    std::memcpy(&len, block, sizeof(len));
-    const size_t have = (all.counts[static_cast<size_t>(r)] - 1) * sizeof(int64_t);
-    if (len < 0 || static_cast<size_t>(len) > have) {
-      throw Error("allgather_bytes: rank " + std::to_string(r) + " sent a length of " +
-                  std::to_string(len) + " in " + std::to_string(have) + " bytes");
+std::vector<std::string> DistributedDataParallel::gather_bytes(const std::string& bytes, int root) {
+  // The tag of these messages; DDP sends no other point-to-point message.
+  constexpr uint32_t kTag = 0x47415448;  // "GATH"
+  const comm::PointToPointOptions opts{.tag = kTag, .timeout = options_.timeout};
+  auto words_of = [](const std::string& s) {  // whole i64 words
+    std::vector<int64_t> w((s.size() + 7) / 8, 0);
+    if (!s.empty()) std::memcpy(w.data(), s.data(), s.size());
+    return w;
+  };
+  if (comm_.rank() != root) {
+    int64_t len = static_cast<int64_t>(bytes.size());
+    std::vector<int64_t> words = words_of(bytes);
+    comm_.send(Buffer{DType::I64, &len, 1}, root, opts)->wait();
+    if (!words.empty()) {
+      comm_.send(Buffer{DType::I64, words.data(), words.size()}, root, opts)->wait();
     }
-    out.emplace_back(reinterpret_cast<const char*>(block + sizeof(int64_t)),
-                     static_cast<size_t>(len));
+    return {};
+  }
+  std::vector<std::string> out(static_cast<size_t>(comm_.size()));
+  out[static_cast<size_t>(root)] = bytes;
+  for (int r = 0; r < comm_.size(); ++r) {
+    if (r == root) continue;
+    int64_t len = 0;
+    comm_.recv(Buffer{DType::I64, &len, 1}, r, opts)->wait();
+    if (len < 0 || len > (int64_t{1} << 40)) {
+      throw Error("gather_bytes: rank " + std::to_string(r) + " announced " + std::to_string(len) +
+                  " bytes");
+    }
+    std::vector<int64_t> words(static_cast<size_t>((len + 7) / 8));
+    if (!words.empty()) {
+      comm_.recv(Buffer{DType::I64, words.data(), words.size()}, r, opts)->wait();
+    }
+    out[static_cast<size_t>(r)].assign(reinterpret_cast<const char*>(words.data()),
+                                       static_cast<size_t>(len));
   }
   return out;
 }
@@ -459,6 +480,16 @@ void DistributedDataParallel::broadcast_optimizer_state(torch::optim::Optimizer&
   }
 }
 
+std::string DistributedDataParallel::buffer_digest() const {
+  std::string all;
+  for (const auto& b : module_->buffers(/*recurse=*/true)) {
+    auto t = b.detach().contiguous();
+    all.append(static_cast<const char*>(t.data_ptr()), t.numel() * t.element_size());
+  }
+  Digest d = sha256(all.data(), all.size());
+  return to_hex(d.data(), d.size());
+}
+
 std::string DistributedDataParallel::parameter_digest() const {
   std::string all;
   for (const auto& s : params_) {
@@ -495,8 +526,11 @@ void DistributedDataParallel::check_parameters(const std::string& when) {
   };
   for (const auto& item : module_->named_parameters(/*recurse=*/true))
     add(item.key(), item.value());
-  for (const auto& item : module_->named_buffers(/*recurse=*/true)) {
-    add(item.key() + " (buffer)", item.value());
+  // Buffers are compared when they are kept equal (BufferSync::None leaves them each rank's own).
+  if (options_.buffers != BufferSync::None) {
+    for (const auto& item : module_->named_buffers(/*recurse=*/true)) {
+      add(item.key() + " (buffer)", item.value());
+    }
   }
   const size_t n = mine.size();
   std::vector<int64_t> all(n * static_cast<size_t>(world));

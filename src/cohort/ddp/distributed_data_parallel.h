@@ -49,9 +49,9 @@ struct DdpOptions {
   std::chrono::milliseconds timeout{0};  // 0: the communicator's default
   // Broadcast parameters and buffers from rank 0 at construction.
   bool broadcast_on_construct = true;
-  // Buffers are synchronised at every backward(): the collective starts with backward (forward
-  // has updated them by then) and finish_backward() waits for it, so replicas leave every step
-  // with the same buffers.
+  // Buffers are synchronised at every backward(), in finish_backward() once the gradients are
+  // in (forward has updated the buffers by then; one small collective per buffer dtype), so
+  // replicas leave every step with the same buffers.
   BufferSync buffers = BufferSync::Broadcast;
   // Gradient compression of f32 buckets (compress/codec.h); buckets under compression.min_bytes
   // and buckets of other types are averaged uncompressed.
@@ -116,8 +116,9 @@ class DistributedDataParallel {
   void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root = 0);
   // Copies an opaque byte string from root to every rank (length first, then bytes).
   std::string broadcast_bytes(const std::string& bytes, int root = 0);
-  // Every rank's byte string, on every rank (one allgatherv).
-  std::vector<std::string> allgather_bytes(const std::string& bytes);
+  // Every rank's byte string, on `root` (empty elsewhere): each rank sends its length and its
+  // bytes to root, which receives them rank by rank.
+  std::vector<std::string> gather_bytes(const std::string& bytes, int root = 0);
 
   // This rank's state of every bucket's codec (compress::Codec::save_state): the residuals of
   // error feedback, PowerSGD's factors, int8's rounding stream. Empty when no bucket keeps any
@@ -128,9 +129,12 @@ class DistributedDataParallel {
 
   // SHA-256 over every parameter's bytes in registration order, hex.
   std::string parameter_digest() const;
-  // Compares a hash of every parameter and buffer across ranks (one allgather of one 64-bit hash
-  // per tensor). Throws ReplicaDivergenceError naming the rank that differs from the majority (from
-  // rank 0 on a tie) and the first differing tensor; `when` goes into the message ("step 20").
+  // The same over every buffer (BatchNorm's running statistics).
+  std::string buffer_digest() const;
+  // Compares a hash of every parameter, and of every buffer unless buffers are left local
+  // (BufferSync::None), across ranks (one allgather of one 64-bit hash per tensor). Throws
+  // ReplicaDivergenceError naming the rank that differs from the majority (from rank 0 on a tie)
+  // and the first differing tensor; `when` goes into the message ("step 20").
   void check_parameters(const std::string& when);
 
   const DdpStats& stats() const { return stats_; }

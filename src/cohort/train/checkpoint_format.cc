@@ -47,11 +47,23 @@ CheckpointParts parse_checkpoint(const std::string& bytes, const std::string& na
   CheckpointParts p;
   try {
     auto j = nlohmann::json::parse(body, body + meta_len);
-    p.meta = {.step = j.at("step").get<int64_t>(),
-              .epoch = j.at("epoch").get<int64_t>(),
-              .consumed = j.at("consumed").get<int64_t>(),
-              .world_size = j.at("world_size").get<int64_t>(),
-              .seed = j.at("seed").get<uint64_t>(),
+    // Integers must be integers: nlohmann converts a float (1e19) to int64 unchecked.
+    auto integer = [&](const char* key) -> const nlohmann::json& {
+      const auto& v = j.at(key);
+      if (!v.is_number_integer()) {
+        throw CheckpointError(name + ": unreadable metadata: " + key + " is not an integer");
+      }
+      return v;
+    };
+    const auto& seed = integer("seed");
+    if (!seed.is_number_unsigned() && seed.get<int64_t>() < 0) {
+      throw CheckpointError(name + ": unreadable metadata: seed is negative");
+    }
+    p.meta = {.step = integer("step").get<int64_t>(),
+              .epoch = integer("epoch").get<int64_t>(),
+              .consumed = integer("consumed").get<int64_t>(),
+              .world_size = integer("world_size").get<int64_t>(),
+              .seed = seed.get<uint64_t>(),
               .job = j.at("job").get<std::string>(),
               .time = j.at("time").get<double>()};
   } catch (const nlohmann::json::exception& e) {

@@ -578,14 +578,17 @@ json train(TrainerContext& ctx) {
       // A checkpoint of this step, written by rank 0. With gradient compression every rank's
       // codec state (residuals, PowerSGD's factors) goes with it, so that a resumed job continues
       // exactly: then every rank calls this at the same step.
+      // `write`: whether rank 0 writes it (every rank gathers the codec states all the same, so
+      // that whether they take part depends only on the step, which every rank shares).
       const bool compressed = compression_options(cfg).method != compress::Method::None;
-      auto save_checkpoint_now = [&] {
-        if (!compressed && (rank != 0 || !checkpoints)) return;
+      auto save_checkpoint_now = [&](bool write) {
+        write = write && rank == 0 && checkpoints;
+        if (!compressed && !write) return;
         phase(state.step, comm::Phase::Checkpoint);
         auto t = Clock::now();
         std::vector<std::string> codec_states;
-        if (compressed) codec_states = ddp.allgather_bytes(ddp.codec_state());
-        if (rank != 0 || !checkpoints) return;
+        if (compressed) codec_states = ddp.gather_bytes(ddp.codec_state());
+        if (!write) return;
         auto path = checkpoints->save({.step = state.step,
                                        .epoch = state.epoch,
                                        .consumed = state.consumed,
@@ -770,15 +773,16 @@ json train(TrainerContext& ctx) {
             leave_epoch = commit(/*may_switch=*/!last);
           }
           if (cfg.checkpoint.every_steps > 0 && state.step % cfg.checkpoint.every_steps == 0) {
-            save_checkpoint_now();
+            save_checkpoint_now(/*write=*/true);
           }
           if (leave_epoch) throw MembershipSwitch{};
         }
       }
       train_s = train_seconds();
-      if (cfg.checkpoint.every_steps > 0 && state.step > resumed_from &&
-          state.step % cfg.checkpoint.every_steps != 0) {
-        save_checkpoint_now();
+      // The last step's, unless it has one already; not written when nothing was trained since
+      // the resume (resumed_from is the original workers' alone, so it decides only the write).
+      if (cfg.checkpoint.every_steps > 0 && state.step % cfg.checkpoint.every_steps != 0) {
+        save_checkpoint_now(/*write=*/state.step > resumed_from);
       }
 
       status.maybe_report("evaluating", state.step, total_steps, state.epoch, bytes_now(), true);
@@ -826,6 +830,7 @@ json train(TrainerContext& ctx) {
           {"test_loss", ev.loss},
           {"final_loss", last_loss},
           {"parameter_digest", ddp.parameter_digest()},
+          {"buffer_digest", ddp.buffer_digest()},
           {"resumed_from_step", resumed_from},
           {"restores", restores},
           {"epoch_samples", epoch_samples}};
