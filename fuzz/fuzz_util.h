@@ -13,13 +13,10 @@
 
 namespace cohort::fuzz {
 
-// A connected pair: `ours` to read from, the other end already written with data[0, n) and
-// closed, so a reader sees exactly those bytes and then an orderly close. Inputs are bounded by
-// the fuzz targets' -max_len (below the socket buffer), so the write never blocks.
-inline net::Socket delivered(const uint8_t* data, size_t n);
-
-// The same, for a side that also talks: the other end stays open to take what it writes (up to
-// the socket buffer), but has said all it will say.
+// A connected pair: `ours` to read from and write to, `peer` already written with data[0, n)
+// and shut for writing - it has said all it will say, and takes what `ours` writes (up to the
+// socket buffer). Inputs are bounded by the fuzz targets' -max_len (below the socket buffer), so
+// the write never blocks.
 struct Conversation {
   net::Socket ours;
   net::Socket peer;
@@ -40,20 +37,11 @@ inline Conversation conversation(const uint8_t* data, size_t n) {
   return {net::Socket(fds[0]), net::Socket(fds[1])};
 }
 
+// Only the reading end: a reader sees exactly data[0, n) and then an orderly close.
 inline net::Socket delivered(const uint8_t* data, size_t n) {
-  int fds[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) __builtin_trap();
-  int size = 1 << 20;
-  ::setsockopt(fds[1], SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
-  ::setsockopt(fds[0], SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
-  size_t off = 0;
-  while (off < n) {
-    ssize_t k = ::write(fds[1], data + off, n - off);
-    if (k <= 0) __builtin_trap();  // an input larger than the buffers: raise -max_len's bound
-    off += static_cast<size_t>(k);
-  }
-  ::close(fds[1]);
-  return net::Socket(fds[0]);
+  Conversation c = conversation(data, n);
+  c.peer.close();
+  return std::move(c.ours);
 }
 
 }  // namespace cohort::fuzz

@@ -363,16 +363,19 @@ json train(TrainerContext& ctx) {
   TrainState state;
   std::deque<Snapshot> snapshots;  // the newest last; at most two
   double snapshot_s = 0;           // time spent taking in-memory snapshots
+  // Where training stands, as a snapshot or a checkpoint records it.
+  auto position = [&](int world) {
+    return CheckpointMeta{.step = state.step,
+                          .epoch = state.epoch,
+                          .consumed = state.consumed,
+                          .world_size = world,
+                          .seed = cfg.train.seed,
+                          .job = cfg.name,
+                          .time = wall_seconds()};
+  };
   auto take_snapshot = [&](int world) {
     auto t = Clock::now();
-    Snapshot snap{state, encode_checkpoint({.step = state.step,
-                                            .epoch = state.epoch,
-                                            .consumed = state.consumed,
-                                            .world_size = world,
-                                            .seed = cfg.train.seed,
-                                            .job = cfg.name,
-                                            .time = wall_seconds()},
-                                           *model, optimizer.get())};
+    Snapshot snap{state, encode_checkpoint(position(world), *model, optimizer.get())};
     if (!snapshots.empty() && snapshots.back().state.step == state.step) {
       snapshots.back() = std::move(snap);
     } else {
@@ -589,14 +592,7 @@ json train(TrainerContext& ctx) {
         std::vector<std::string> codec_states;
         if (compressed) codec_states = ddp.gather_bytes(ddp.codec_state());
         if (!write) return;
-        auto path = checkpoints->save({.step = state.step,
-                                       .epoch = state.epoch,
-                                       .consumed = state.consumed,
-                                       .world_size = world,
-                                       .seed = cfg.train.seed,
-                                       .job = cfg.name,
-                                       .time = wall_seconds()},
-                                      *model, optimizer.get(), codec_states);
+        auto path = checkpoints->save(position(world), *model, optimizer.get(), codec_states);
         spdlog::info("checkpoint {} written in {:.2f} s", path.string(), seconds_since(t));
       };
 
