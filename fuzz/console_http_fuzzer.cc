@@ -93,12 +93,23 @@ bool exchange(const uint8_t* data, size_t size) {
   // Each connection from another loopback address (127.1.0.0/16): thousands a second from one
   // address run through its ephemeral ports while the server's side of the earlier connections
   // is still in TIME_WAIT.
+  // The port is picked at connect (IP_BIND_ADDRESS_NO_PORT), against the whole address pair; a
+  // connect that still fails is tried from the next address.
   static uint32_t next_source = 0;
-  sockaddr_in source{};
-  source.sin_family = AF_INET;
-  source.sin_addr.s_addr = htonl(0x7f010000u | (next_source++ & 0xffffu));
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&source), sizeof(source)) != 0) __builtin_trap();
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) __builtin_trap();
+  for (int attempt = 0;; ++attempt) {
+    if (attempt == 16) __builtin_trap();  // no connection to the server at all
+    if (attempt > 0) {
+      ::close(fd);
+      fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    }
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+    sockaddr_in source{};
+    source.sin_family = AF_INET;
+    source.sin_addr.s_addr = htonl(0x7f010000u | (next_source++ & 0xffffu));
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&source), sizeof(source)) != 0) continue;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) break;
+  }
   size_t off = 0;
   while (off < size) {
     ssize_t k = ::send(fd, data + off, size - off, MSG_NOSIGNAL);
