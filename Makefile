@@ -5,7 +5,7 @@ BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: deps configure build run test install test-asan test-tsan fuzz bench-training bench-compare bench-compression bench-recovery accuracy-compression bench-trace format lint clean
+.PHONY: deps configure build run test install test-asan test-asan-all test-tsan fuzz bench-training bench-compare bench-compression bench-recovery accuracy-compression bench-trace format lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -28,6 +28,12 @@ test-asan:
 
 test-tsan:
 	$(MAKE) test PRESET=tsan
+
+# Every suite, DDP, training and end to end included, under ASan + UBSan (libtorch itself is not
+# instrumented: container-overflow checks across it would be false alarms, and its own
+# allocations at exit are not leaks of ours). Slow: not in CI.
+test-asan-all:
+	ASAN_OPTIONS=detect_container_overflow=0:detect_leaks=0 $(MAKE) test PRESET=asan-all
 
 # libFuzzer (clang, ASan + UBSan) on every decoder that reads what others send: frames, the
 # handshake, the store protocol, job files, checkpoints, the console's HTTP API. FUZZ_SECONDS each
