@@ -80,7 +80,9 @@ std::string encode_checkpoint(const CheckpointMeta& meta, torch::nn::Module& mod
     states.write("ranks", torch::tensor(static_cast<int64_t>(codec_states.size())), true);
     for (size_t r = 0; r < codec_states.size(); ++r) {
       auto bytes = torch::empty({static_cast<int64_t>(codec_states[r].size())}, torch::kUInt8);
-      std::memcpy(bytes.data_ptr(), codec_states[r].data(), codec_states[r].size());
+      if (!codec_states[r].empty()) {  // an empty tensor's data may be null
+        std::memcpy(bytes.data_ptr(), codec_states[r].data(), codec_states[r].size());
+      }
       states.write("rank_" + std::to_string(r), bytes, /*is_buffer=*/true);
     }
     archive.write("codec_states", states);
