@@ -229,7 +229,9 @@ class RankProcesses {
     for (auto& r : ranks_) {
       if (!r.live) continue;
       r.killed_by_launcher = true;
-      kill(r.pid, SIGCONT);
+      // SIGKILL ends a stopped process too. No SIGCONT first: a rank continued before the kill
+      // lands runs for a moment, may see its peers gone and exit on its own, and is then
+      // reported as failing by itself instead of as killed.
       kill(r.pid, SIGKILL);
     }
   }
