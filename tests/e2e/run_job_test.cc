@@ -118,26 +118,37 @@ TEST(RunJob, PeriodicEvaluationStopsAtTheTargetAccuracy) {
   fs::remove_all(dir);
 }
 
+// The mlp job with `sets` run for `steps` steps straight, and for `resume_at` steps and then
+// `--resume`d up to `steps`: the two runs' summaries (null where a run failed).
+std::pair<json, json> straight_and_resumed(const std::string& name, const std::string& sets,
+                                           int resume_at, int steps) {
+  auto straight = fresh_dir("straight-" + name), split = fresh_dir("split-" + name);
+  const std::string job = cohort() + " run " + example("fashion-mlp.yaml") + " --run-dir ";
+  auto a = sh(job + straight.string() + sets + " --set train.max_steps=" + std::to_string(steps));
+  auto b = sh(job + split.string() + sets + " --set train.max_steps=" + std::to_string(resume_at));
+  EXPECT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_EQ(b.exit_code, 0) << b.output;
+  if (a.exit_code != 0 || b.exit_code != 0) return {};
+  auto c = sh(cohort() + " run --resume " + split.string() +
+              " --set train.max_steps=" + std::to_string(steps));
+  EXPECT_EQ(c.exit_code, 0) << c.output;
+  std::pair<json, json> out{read_json(straight / "summary.json"),
+                            c.exit_code == 0 ? read_json(split / "summary.json") : json()};
+  fs::remove_all(straight);
+  fs::remove_all(split);
+  return out;
+}
+
 TEST(RunJob, ResumeContinuesBitwiseExactly) {
   // 2N steps straight vs N steps, then --resume for N more: the same parameters, bit for bit.
-  auto straight = fresh_dir("straight"), split = fresh_dir("split");
-  std::string common = " --set workers=2 --set model.name=mlp --set checkpoint.every_steps=20 ";
-  auto a = sh(cohort() + " run " + example("fashion-mlp.yaml") + " --run-dir " + straight.string() +
-              common + "--set train.max_steps=60");
-  ASSERT_EQ(a.exit_code, 0) << a.output;
-  auto b = sh(cohort() + " run " + example("fashion-mlp.yaml") + " --run-dir " + split.string() +
-              common + "--set train.max_steps=30");
-  ASSERT_EQ(b.exit_code, 0) << b.output;
-  auto c = sh(cohort() + " run --resume " + split.string() + " --set train.max_steps=60");
-  ASSERT_EQ(c.exit_code, 0) << c.output;
-  auto s1 = read_json(straight / "summary.json"), s2 = read_json(split / "summary.json");
+  auto [s1, s2] = straight_and_resumed(
+      "plain", " --set workers=2 --set model.name=mlp --set checkpoint.every_steps=20", 30, 60);
+  ASSERT_FALSE(s1.is_null() || s2.is_null());
   EXPECT_EQ(s2["per_rank"][0]["resumed_from_step"], 30);
   EXPECT_EQ(s1["steps"], 60);
   EXPECT_EQ(s2["steps"], 60);
   EXPECT_EQ(s1["per_rank"][0]["parameter_digest"], s2["per_rank"][0]["parameter_digest"]);
   EXPECT_EQ(s1["test_accuracy"], s2["test_accuracy"]);
-  fs::remove_all(straight);
-  fs::remove_all(split);
 }
 
 // The same with gradient compression: every rank's residuals (and int8's rounding stream,
@@ -146,24 +157,15 @@ TEST(RunJob, ResumeContinuesBitwiseExactly) {
 TEST(RunJob, ACompressedJobResumesBitwiseExactly) {
   for (const std::string codec : {"int8", "powersgd"}) {
     SCOPED_TRACE(codec);
-    auto straight = fresh_dir("straight-" + codec), split = fresh_dir("split-" + codec);
-    std::string common =
+    auto [s1, s2] = straight_and_resumed(
+        codec,
         " --set workers=2 --set checkpoint.every_steps=20 --set comm.compression=" + codec +
-        (codec == "powersgd" ? " --set comm.powersgd.warmup_steps=5 " : " ");
-    auto a = sh(cohort() + " run " + example("fashion-mlp.yaml") + " --run-dir " +
-                straight.string() + common + "--set train.max_steps=50");
-    ASSERT_EQ(a.exit_code, 0) << a.output;
-    auto b = sh(cohort() + " run " + example("fashion-mlp.yaml") + " --run-dir " + split.string() +
-                common + "--set train.max_steps=30");
-    ASSERT_EQ(b.exit_code, 0) << b.output;
-    auto c = sh(cohort() + " run --resume " + split.string() + " --set train.max_steps=50");
-    ASSERT_EQ(c.exit_code, 0) << c.output;
-    auto s1 = read_json(straight / "summary.json"), s2 = read_json(split / "summary.json");
+            (codec == "powersgd" ? " --set comm.powersgd.warmup_steps=5" : ""),
+        30, 50);
+    ASSERT_FALSE(s1.is_null() || s2.is_null());
     EXPECT_EQ(s2["per_rank"][0]["resumed_from_step"], 30);
     EXPECT_EQ(s1["per_rank"][0]["parameter_digest"], s2["per_rank"][0]["parameter_digest"]);
     EXPECT_EQ(s1["per_rank"][1]["parameter_digest"], s2["per_rank"][1]["parameter_digest"]);
-    fs::remove_all(straight);
-    fs::remove_all(split);
   }
 }
 
