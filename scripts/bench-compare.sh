@@ -35,7 +35,7 @@ build() {
   echo "bench-compare: building in $BUILD"
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOHORT_WITH_TORCH=OFF \
     -DCOHORT_BUILD_TESTS=OFF -DCOHORT_BUILD_BENCH=ON >/dev/null
-  cmake --build "$BUILD" -j "$(nproc)" --target cohort gloo_allreduce mpi_allreduce
+  cmake --build "$BUILD" -j "$(nproc)" --target cohort gloo_allreduce mpi_allreduce memcpy_bandwidth
 }
 
 # Rounds are interleaved across libraries so that background load hits every library alike.
@@ -45,14 +45,19 @@ measure() {
   load_average >"$BUILD/allreduce-load-before"
   : >"$RESULTS"
   : >"$QUIET_LOG"
+  wait_quiet "memcpy"
+  "$BUILD/bench/memcpy_bandwidth" --sizes "$SIZES" >"$BUILD/memcpy-results.jsonl"
   for ((round = 1; round <= ROUNDS; round++)); do
     for n in $RANKS; do
       echo "bench-compare: round $round/$ROUNDS, $n ranks"
       for algo in ring halving_doubling auto; do
-        wait_quiet "cohort $algo $n r$round"
-        "$BUILD/cohort" bench allreduce --ranks "$n" --sizes "$SIZES" --algo "$algo" --json \
-          >>"$RESULTS"
+        wait_quiet "cohort tcp $algo $n r$round"
+        "$BUILD/cohort" bench allreduce --ranks "$n" --sizes "$SIZES" --algo "$algo" \
+          --transport tcp --json >>"$RESULTS"
       done
+      wait_quiet "cohort shm auto $n r$round"
+      "$BUILD/cohort" bench allreduce --ranks "$n" --sizes "$SIZES" --algo auto \
+        --transport shm --json >>"$RESULTS"
       wait_quiet "gloo $n r$round"
       "$BUILD/bench/gloo_allreduce" --ranks "$n" --sizes "$SIZES" \
         --algo ring,ring_chunked,halving_doubling >>"$RESULTS"
@@ -80,11 +85,13 @@ COMMAND="scripts/bench-compare.sh (BENCH_SIZES=$SIZES BENCH_RANKS=\"$RANKS\" BEN
 
 PYTHONPATH=$ROOT/scripts/lib python3 - "$RESULTS" "$OUTPUT" "$MACHINE" "$COMMAND" \
   "$(cat "$BUILD/allreduce-elapsed")" "$(cat "$BUILD/allreduce-date")" \
-  "$(cat "$BUILD/allreduce-load-before")" "$(cat "$BUILD/allreduce-load-after")" "$QUIET_LOG" <<'EOF'
+  "$(cat "$BUILD/allreduce-load-before")" "$(cat "$BUILD/allreduce-load-after")" "$QUIET_LOG" \
+  "$BUILD/memcpy-results.jsonl" <<'EOF'
 import json, re, sys, os
 from quiet_report import busy_labels, load_note
 
 results, output, machine, command, elapsed, date, load_before, load_after, quiet_log = sys.argv[1:10]
+memcpy = {r["bytes"]: r["copy_gbps"] for r in map(json.loads, open(sys.argv[10]))}
 BEGIN, END = "<!-- allreduce:begin -->", "<!-- allreduce:end -->"
 
 # Best (lowest) median time per configuration across rounds.
@@ -99,6 +106,7 @@ COLUMNS = [  # (label, library, transport, algorithm)
     ("Cohort ring", "cohort", "tcp", "ring"),
     ("Cohort HD", "cohort", "tcp", "halving_doubling"),
     ("Cohort auto", "cohort", "tcp", "auto"),
+    ("Cohort shm (auto)", "cohort", "shm", "auto"),
     ("Gloo ring", "gloo", "tcp", "ring"),
     ("Gloo ring_chunked", "gloo", "tcp", "ring_chunked"),
     ("Gloo HD", "gloo", "tcp", "halving_doubling"),
@@ -124,7 +132,7 @@ busy = {re.sub(r" r\d+$", "", label) for label in busy_labels(quiet_log)}
 def is_busy(*rs):
     def label(r):
         if r["library"] == "cohort":
-            return f"cohort {r['algorithm']} {r['ranks']}"
+            return f"cohort {r['transport']} {r['algorithm']} {r['ranks']}"
         if r["library"] == "gloo":
             return f"gloo {r['ranks']}"
         return f"mpi {r['transport']} {r['ranks']}"
@@ -143,7 +151,9 @@ out = [BEGIN, "", "## Allreduce: Cohort vs Gloo vs Open MPI", "",
        "the CPUs and the numbers are noisy)",
        f"- {load_note(quiet_log)} A configuration is busy if any of its rounds started busy; "
        "its ratios are marked (busy).",
-       "- float32 sum, in place, all ranks on this machine, TCP over loopback unless marked.",
+       "- float32 sum, in place, all ranks on this machine, TCP over loopback unless marked; "
+       "Cohort's TCP columns are `--transport tcp`, its shm column `--transport shm` (what "
+       "`auto` picks for ranks of one host).",
        "- Each cell: the best over rounds of the median time across iterations of the slowest "
        "rank (see Method).", ""]
 
@@ -190,6 +200,27 @@ for n in ranks:
                    f"| {ratio(m)} | {cell(v)} | {ratio(v)} |")
 out.append("")
 
+out += ["### Shared memory: Cohort against Open MPI's vader", "",
+        "Both copy every byte into shared memory and out again; memcpy is this machine's "
+        "single-thread copy bandwidth at that size, measured in the same run "
+        "(bench/memcpy_bandwidth.cc), and each busbw is also given as a fraction of it.", "",
+        "| ranks | size | Cohort shm busbw | of memcpy | vader busbw | of memcpy | × vader "
+        "| Cohort shm µs | vader µs |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+for n in ranks:
+    for b in sizes:
+        c = best_of("cohort", "shm", n, b)
+        v = best_of("openmpi", "vader", n, b)
+        if not c or not v:
+            continue
+        mc = memcpy.get(b)
+        frac = lambda r: f"{r['busbw_gbps'] / mc:.0%}" if mc else "–"
+        x = f"{c['busbw_gbps'] / v['busbw_gbps']:.2f}" + (" (busy)" if is_busy(c, v) else "")
+        out.append(f"| {n} | {human(b)} | {c['busbw_gbps']:.3f} | {frac(c)} | "
+                   f"{v['busbw_gbps']:.3f} | {frac(v)} | {x} | {c['time_us']:.2f} "
+                   f"| {v['time_us']:.2f} |")
+out.append("")
+
 # Targets: >= 1.3x the busbw of the best of Gloo and of Open MPI TCP at 16 MiB and 64 MiB, and at
 # 4 KiB a latency no worse than Open MPI TCP.
 out += ["### Targets", "",
@@ -215,11 +246,27 @@ for n in ranks:
     c = best_of("cohort", "tcp", n, 4096)
     m = best_of("openmpi", "tcp", n, 4096)
     if c and m:
-        cr = min((r for k, r in best.items() if k[0] == "cohort" and k[3] == n and k[4] == 4096),
+        cr = min((r for k, r in best.items()
+                  if k[0] == "cohort" and k[1] == "tcp" and k[3] == n and k[4] == 4096),
                  key=lambda r: r["time_us"])
         ct, mt = cr["time_us"], m["time_us"]
         out.append(f"| 4 KiB latency ≤ Open MPI TCP | {n} | {ct:.1f} µs | {mt:.1f} µs "
                    f"| {mt / ct:.2f}× | {verdict(ct <= mt, cr, m)} |")
+    # Shared memory: 4 KiB no slower than vader, busbw >= 1.3x vader's at 1 MiB and above.
+    c, v = best_of("cohort", "shm", n, 4096), best_of("openmpi", "vader", n, 4096)
+    if c and v:
+        out.append(f"| shm 4 KiB latency ≤ vader | {n} | {c['time_us']:.2f} µs "
+                   f"| {v['time_us']:.2f} µs | {v['time_us'] / c['time_us']:.2f}× "
+                   f"| {verdict(c['time_us'] <= v['time_us'], c, v)} |")
+    for b in sizes:
+        if b < (1 << 20):
+            continue
+        c, v = best_of("cohort", "shm", n, b), best_of("openmpi", "vader", n, b)
+        if c and v:
+            x = c["busbw_gbps"] / v["busbw_gbps"]
+            out.append(f"| shm busbw ≥ 1.3× vader at {human(b)} | {n} | "
+                       f"{c['busbw_gbps']:.3f} GB/s | {v['busbw_gbps']:.3f} GB/s | {x:.2f}× "
+                       f"| {verdict(x >= 1.3, c, v)} |")
 if busy_targets:
     summary = f"Targets missed: {missed}; not judged (busy): {busy_targets}."
 else:

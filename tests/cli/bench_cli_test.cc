@@ -21,10 +21,11 @@ std::vector<nlohmann::json> json_lines(const std::string& out) {
 struct BenchCase {
   int ranks;
   std::string algo;
+  std::string transport;  // what --transport asks for; auto carries same-host pairs over shm
 };
 
 void PrintTo(const BenchCase& c, std::ostream* os) {
-  *os << c.algo << ", " << c.ranks << " ranks";
+  *os << c.algo << ", " << c.ranks << " ranks, transport " << c.transport;
 }
 
 class BenchJson : public ::testing::TestWithParam<BenchCase> {};
@@ -36,7 +37,7 @@ TEST_P(BenchJson, PrintsOneContractLinePerSize) {
   const auto& c = GetParam();
   CohortProcess p({"bench", "allreduce", "--ranks", std::to_string(c.ranks), "--sizes",
                    "4K,4100,256K", "--algo", c.algo, "--iters", "20", "--warmup", "2", "--timeout",
-                   "20000", "--json"});
+                   "20000", "--transport", c.transport, "--json"});
   auto st = p.wait_for(90s);
   ASSERT_TRUE(st) << "launcher still running after 90 s\n" << p.err();
   ASSERT_TRUE(exited_with(st, 0)) << p.err();
@@ -48,7 +49,7 @@ TEST_P(BenchJson, PrintsOneContractLinePerSize) {
     EXPECT_EQ(j["collective"], "allreduce");
     EXPECT_EQ(j["algorithm"], c.algo);
     EXPECT_EQ(j["library"], "cohort");
-    EXPECT_EQ(j["transport"], "tcp");
+    EXPECT_EQ(j["transport"], c.transport == "tcp" ? "tcp" : "shm");
     EXPECT_EQ(j["ranks"], c.ranks);
     EXPECT_EQ(j["bytes"].get<uint64_t>(), sizes[i]);
     EXPECT_EQ(j["iters"], 20);
@@ -63,11 +64,13 @@ TEST_P(BenchJson, PrintsOneContractLinePerSize) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, BenchJson,
-                         ::testing::Values(BenchCase{2, "auto"}, BenchCase{3, "ring"},
-                                           BenchCase{3, "halving_doubling"},
-                                           BenchCase{4, "halving_doubling"}),
+                         ::testing::Values(BenchCase{2, "auto", "auto"},
+                                           BenchCase{3, "ring", "tcp"},
+                                           BenchCase{3, "halving_doubling", "shm"},
+                                           BenchCase{4, "halving_doubling", "tcp"}),
                          [](const auto& info) {
-                           return info.param.algo + "_" + std::to_string(info.param.ranks);
+                           return info.param.algo + "_" + std::to_string(info.param.ranks) + "_" +
+                                  info.param.transport;
                          });
 
 TEST(BenchCli, PrintsAnAlignedTableWithoutJson) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <set>
 
 #include "cohort_process.h"
@@ -15,15 +16,30 @@ struct Drill {
   std::string algo;
   int ranks;
   int fault_rank;
+  std::string transport = "shm";
 };
 
 void PrintTo(const Drill& d, std::ostream* os) {
-  *os << d.algo << ", " << d.ranks << " ranks, fault on rank " << d.fault_rank;
+  *os << d.algo << ", " << d.ranks << " ranks, fault on rank " << d.fault_rank << ", over "
+      << d.transport;
 }
 
 std::string name(const ::testing::TestParamInfo<Drill>& info) {
   return info.param.algo + "_" + std::to_string(info.param.ranks) + "ranks_fault" +
-         std::to_string(info.param.fault_rank);
+         std::to_string(info.param.fault_rank) + "_" + info.param.transport;
+}
+
+// The shared-memory segments of the ranks that `launcher` spawned still named in /dev/shm (their
+// names start with their parent's pid: transport/shm_pair.cc).
+std::vector<std::string> segments_left(int launcher) {
+  std::vector<std::string> left;
+  const std::string prefix = "cohort-" + std::to_string(launcher) + ".";
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(prefix, 0) == 0) left.push_back(n);
+  }
+  return left;
 }
 
 std::vector<std::string> drill_args(const Drill& d, const char* fault, int timeout_ms) {
@@ -46,7 +62,9 @@ std::vector<std::string> drill_args(const Drill& d, const char* fault, int timeo
           "--fault-rank",
           std::to_string(d.fault_rank),
           "--fault-after-iters",
-          "7"};
+          "7",
+          "--transport",
+          d.transport};
 }
 
 class KillDrill : public ::testing::TestWithParam<Drill> {};
@@ -76,12 +94,15 @@ TEST_P(KillDrill, SurvivorsReportTheLostPeer) {
   // A lost connection is noticed at once, not at the timeout.
   EXPECT_LT(p.seconds(), timeout_ms / 1000.0) << err;
   EXPECT_TRUE(group_members(p.pid()).empty());
+  EXPECT_EQ(segments_left(p.pid()), std::vector<std::string>{});
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, KillDrill,
                          ::testing::Values(Drill{"ring", 3, 1}, Drill{"ring", 4, 0},
                                            Drill{"halving_doubling", 4, 2},
-                                           Drill{"halving_doubling", 3, 2}),
+                                           Drill{"halving_doubling", 3, 2},
+                                           Drill{"ring", 3, 1, "tcp"},
+                                           Drill{"halving_doubling", 4, 2, "tcp"}),
                          name);
 
 // "rank R failed: CollectiveTimeoutError (allreduce #S, ranks not heard from: [M])", as the
@@ -151,11 +172,13 @@ TEST_P(StopDrill, SurvivorsTimeOutNamingTheStoppedRank) {
             std::string::npos)
       << err;
   EXPECT_TRUE(group_members(p.pid()).empty());
+  EXPECT_EQ(segments_left(p.pid()), std::vector<std::string>{});
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, StopDrill,
                          ::testing::Values(Drill{"ring", 3, 1}, Drill{"ring", 4, 3},
-                                           Drill{"halving_doubling", 4, 1}),
+                                           Drill{"halving_doubling", 4, 1},
+                                           Drill{"ring", 3, 1, "tcp"}),
                          name);
 
 }  // namespace

@@ -12,17 +12,18 @@
 namespace cohort::comm {
 namespace {
 
+using testing::Wires;
 using testing::World;
 
 constexpr size_t kBig = (size_t{1} << 20) + 3;
 
-class Allreduce : public ::testing::TestWithParam<std::tuple<int, size_t, Algorithm>> {};
+class Allreduce : public ::testing::TestWithParam<std::tuple<int, size_t, Algorithm, Wires>> {};
 
 TEST_P(Allreduce, MatchesReference) {
-  const auto [n, count, algo] = GetParam();
+  const auto [n, count, algo, wires] = GetParam();
   // Tiny segments force the multi-segment pipeline; the big count uses larger ones so the test
   // stays fast (it is still thousands of segments).
-  World world(n, [&](CommConfig& c) { c.chunk_bytes = count >= kBig ? 64 << 10 : 256; });
+  World world(n, wires, [&](CommConfig& c) { c.chunk_bytes = count >= kBig ? 64 << 10 : 256; });
 
   std::vector<std::pair<DType, ReduceOp>> cases;
   if (count >= kBig) {
@@ -54,15 +55,17 @@ TEST_P(Allreduce, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    WorldsCountsAlgorithms, Allreduce,
+    WorldsCountsAlgorithmsTransports, Allreduce,
     ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
                        ::testing::Values(size_t{0}, size_t{1}, size_t{7}, size_t{1000}, kBig),
                        ::testing::Values(Algorithm::Ring, Algorithm::HalvingDoubling,
-                                         Algorithm::RecursiveDoubling, Algorithm::Auto)),
+                                         Algorithm::RecursiveDoubling, Algorithm::Auto),
+                       ::testing::Values(Wires::Tcp, Wires::Shm, Wires::Mixed)),
     [](const auto& info) {
       return "n" + std::to_string(std::get<0>(info.param)) + "_count" +
              std::to_string(std::get<1>(info.param)) + "_" +
-             std::string(algorithm_name(std::get<2>(info.param)));
+             std::string(algorithm_name(std::get<2>(info.param))) + "_" +
+             testing::wires_name(std::get<3>(info.param));
     });
 
 TEST(RingOrder, VisitsEveryStepOfEverySegmentOnceAndForwardsOnlyWhatArrived) {

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <thread>
+#include <tuple>
 
 #include "cohort/comm/communicator.h"
 #include "data.h"
@@ -11,13 +12,15 @@
 namespace cohort::comm {
 namespace {
 
+using testing::Wires;
 using testing::World;
 
-class Collectives : public ::testing::TestWithParam<int> {};
+class Collectives : public ::testing::TestWithParam<std::tuple<int, Wires>> {};
 
 TEST_P(Collectives, ReduceScatter) {
-  const int n = GetParam();
-  World world(n);
+  const int n = std::get<0>(GetParam());
+  const Wires wires = std::get<1>(GetParam());
+  World world(n, wires);
   world.run([&](int r, Communicator& comm) {
     for (size_t m : {size_t{0}, size_t{1}, size_t{7}, size_t{300}}) {
       for (DType dt : kAllDTypes) {
@@ -37,8 +40,9 @@ TEST_P(Collectives, ReduceScatter) {
 }
 
 TEST_P(Collectives, Allgather) {
-  const int n = GetParam();
-  World world(n);
+  const int n = std::get<0>(GetParam());
+  const Wires wires = std::get<1>(GetParam());
+  World world(n, wires);
   world.run([&](int r, Communicator& comm) {
     for (size_t m : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}}) {
       for (DType dt : {DType::F16, DType::I64}) {
@@ -57,8 +61,9 @@ TEST_P(Collectives, Allgather) {
 }
 
 TEST_P(Collectives, AllgatherInPlace) {
-  const int n = GetParam();
-  World world(n);
+  const int n = std::get<0>(GetParam());
+  const Wires wires = std::get<1>(GetParam());
+  World world(n, wires);
   world.run([&](int r, Communicator& comm) {
     const size_t m = 333;
     std::vector<int32_t> out(m * n, -1);
@@ -72,8 +77,9 @@ TEST_P(Collectives, AllgatherInPlace) {
 }
 
 TEST_P(Collectives, BroadcastFromEveryRoot) {
-  const int n = GetParam();
-  World world(n);
+  const int n = std::get<0>(GetParam());
+  const Wires wires = std::get<1>(GetParam());
+  World world(n, wires);
   world.run([&](int r, Communicator& comm) {
     // 1000 elements go down the binomial tree, 100000 down the pipelined chain.
     for (size_t m : {size_t{0}, size_t{1}, size_t{1000}, size_t{100000}}) {
@@ -93,8 +99,9 @@ TEST_P(Collectives, BroadcastFromEveryRoot) {
 }
 
 TEST_P(Collectives, BarrierWaitsForTheSlowestRank) {
-  const int n = GetParam();
-  World world(n);
+  const int n = std::get<0>(GetParam());
+  const Wires wires = std::get<1>(GetParam());
+  World world(n, wires);
   std::vector<std::atomic<int>> arrived(static_cast<size_t>(n));
   world.run([&](int r, Communicator& comm) {
     for (int round = 1; round <= 3; ++round) {
@@ -112,9 +119,10 @@ TEST_P(Collectives, BarrierWaitsForTheSlowestRank) {
 }
 
 TEST_P(Collectives, SendRecvAroundTheRing) {
-  const int n = GetParam();
+  const int n = std::get<0>(GetParam());
+  const Wires wires = std::get<1>(GetParam());
   if (n == 1) GTEST_SKIP() << "no peer to talk to";
-  World world(n);
+  World world(n, wires);
   world.run([&](int r, Communicator& comm) {
     const int right = (r + 1) % n, left = (r + n - 1) % n;
     for (size_t m : {size_t{0}, size_t{5}, size_t{100000}}) {
@@ -129,8 +137,14 @@ TEST_P(Collectives, SendRecvAroundTheRing) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, Collectives, ::testing::Values(1, 2, 3, 5, 8),
-                         [](const auto& info) { return "n" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(WorldSizesTransports, Collectives,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 5, 8),
+                                            ::testing::Values(Wires::Tcp, Wires::Shm,
+                                                              Wires::Mixed)),
+                         [](const auto& info) {
+                           return "n" + std::to_string(std::get<0>(info.param)) + "_" +
+                                  testing::wires_name(std::get<1>(info.param));
+                         });
 
 TEST(SendRecv, MatchesByTagNotByArrivalOrder) {
   World world(2);

@@ -109,6 +109,28 @@ INSTANTIATE_TEST_SUITE_P(Worlds, RecursiveDoubling,
                                   std::to_string(std::get<1>(info.param));
                          });
 
+// Both partners of a step send a segment far larger than what their pair buffers (a 64 KiB ring,
+// or 64 KiB socket buffers) at the same time: each must keep reading while its own send waits.
+TEST(RecursiveDoubling, SegmentsLargerThanThePairBuffersDoNotStallEitherPartner) {
+  for (testing::Wires w : {testing::Wires::Shm, testing::Wires::Tcp}) {
+    World world(2, w, [](CommConfig& c) {
+      c.chunk_bytes = 4 << 20;
+      c.shm_ring_bytes = 64 << 10;
+      c.socket_buffer_bytes = 64 << 10;
+      c.timeout = std::chrono::seconds(20);
+    });
+    world.run([&](int r, Communicator& comm) {
+      const size_t count = 2 << 20;
+      auto in = testing::make_input(DType::F32, r, count);
+      comm.allreduce(Buffer{DType::F32, in.data(), count},
+                     {.algorithm = Algorithm::RecursiveDoubling})
+          ->wait();
+      EXPECT_TRUE(testing::matches_reduction(DType::F32, ReduceOp::Sum, 2, in.data(), count))
+          << testing::wires_name(w) << " rank " << r;
+    });
+  }
+}
+
 TEST(RecursiveDoubling, ParsesItsName) {
   EXPECT_EQ(parse_algorithm("recursive_doubling"), Algorithm::RecursiveDoubling);
   EXPECT_EQ(algorithm_name(Algorithm::RecursiveDoubling), "recursive_doubling");

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -22,6 +23,21 @@ inline CommConfig test_config(int rank, int size) {
   c.timeout = std::chrono::seconds(30);
   c.chunk_bytes = 256;
   return c;
+}
+
+// Which transports carry a test world's pairs (every rank is on this host): all TCP, all shared
+// memory, or a mix in which odd ranks refuse shared memory, so that a pair with an odd rank is TCP
+// and the others shared memory, and a ring waits on both kinds at once.
+enum class Wires { Tcp, Shm, Mixed };
+
+inline std::string wires_name(Wires w) {
+  return w == Wires::Tcp ? "tcp" : w == Wires::Shm ? "shm" : "mixed";
+}
+
+inline void use_wires(CommConfig& c, Wires w) {
+  if (w == Wires::Tcp) c.transport = Transport::Tcp;
+  if (w == Wires::Shm) c.transport = Transport::Shm;
+  if (w == Wires::Mixed) c.transport = c.rank % 2 ? Transport::Tcp : Transport::Auto;
 }
 
 // Runs fn(rank) on `n` threads at once and rethrows the first exception any of them raised.
@@ -46,9 +62,12 @@ inline void on_threads(int n, const std::function<void(int)>& fn) {
 class World {
  public:
   // `tweak` may change each rank's config before its communicator is created.
-  explicit World(int n, const std::function<void(CommConfig&)>& tweak = {}) : comms_(n) {
+  explicit World(int n, const std::function<void(CommConfig&)>& tweak = {})
+      : World(n, Wires::Shm, tweak) {}
+  World(int n, Wires wires, const std::function<void(CommConfig&)>& tweak = {}) : comms_(n) {
     on_threads(n, [&](int r) {
       CommConfig c = test_config(r, n);
+      use_wires(c, wires);
       if (tweak) tweak(c);
       comms_[static_cast<size_t>(r)] = Communicator::create(store_, c);
     });

@@ -127,30 +127,6 @@ TEST(Listener, AcceptThrowsTimeoutErrorWhenNobodyConnects) {
   EXPECT_GE(since(t0), Millis(90));
 }
 
-// Local: the peer's address is this end's own. A client bound to 127.0.0.2 is, for this test,
-// another host to a listener on 127.0.0.1 (and the listener to it).
-TEST(Socket, PeerIsLocalWhenBothEndsHaveOneAddress) {
-  Listener l = Listener::bind("127.0.0.1", 0);
-  Socket a = Socket::connect({"127.0.0.1", l.port()}, Deadline::after(Millis(5000)));
-  Socket b = l.accept(Deadline::after(Millis(5000)));
-  EXPECT_TRUE(a.peer_is_local());
-  EXPECT_TRUE(b.peer_is_local());
-
-  Socket c(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in from{};
-  from.sin_family = AF_INET;
-  from.sin_addr.s_addr = htonl(0x7f000002);  // 127.0.0.2
-  ASSERT_EQ(::bind(c.fd(), reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  to.sin_port = htons(l.port());
-  ASSERT_EQ(::connect(c.fd(), reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
-  Socket d = l.accept(Deadline::after(Millis(5000)));
-  EXPECT_FALSE(c.peer_is_local());
-  EXPECT_FALSE(d.peer_is_local());
-}
-
 TEST(Socket, PeerAddressNamesTheOtherEnd) {
   Listener l = Listener::bind("127.0.0.1", 0);
   Socket a = Socket::connect({"127.0.0.1", l.port()}, Deadline::after(Millis(5000)));

@@ -216,8 +216,11 @@ TEST(JobConfigErrors, UnknownKeysSuggestTheClosestOne) {
   EXPECT_EQ(error_of("train: {lr: 0.1}"),
             "job.yaml:1:9: train.lr: unknown key; did you mean 'train.optimizer.lr'?");
   EXPECT_EQ(error_of("comm: {zzz: 1}"),
-            "job.yaml:1:8: comm.zzz: unknown key; valid keys: algorithm, bucket_mb, buffers, "
-            "timeout_s, compression, compression_min_kb, error_feedback, int8, topk, powersgd");
+            "job.yaml:1:8: comm.zzz: unknown key; valid keys: algorithm, transport, bucket_mb, "
+            "buffers, timeout_s, compression, compression_min_kb, error_feedback, int8, topk, "
+            "powersgd");
+  EXPECT_EQ(error_of("comm: {transport: infiniband}"),
+            "job.yaml:1:19: comm.transport: expected one of auto, tcp, shm, got \"infiniband\"");
   EXPECT_EQ(error_of("comm: {buffers: sync}"),
             "job.yaml:1:17: comm.buffers: expected one of broadcast, average, none, got \"sync\"");
   EXPECT_EQ(error_of("model: {name: lenet}"),

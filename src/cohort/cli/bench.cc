@@ -40,7 +40,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: cohort bench allreduce [options]\n"
     "\n"
-    "Measures allreduce (float32, sum) across local processes over TCP on 127.0.0.1.\n"
+    "Measures allreduce (float32, sum) across local processes on this host.\n"
     "\n"
     "  --ranks N          number of processes (default 2)\n"
     "  --sizes LIST       message sizes in bytes, K/M/G suffixes are binary\n"
@@ -54,6 +54,8 @@ constexpr const char* kUsage =
     "                     (CommConfig::socket_buffer_bytes, default 256K)\n"
     "  --ring-window K    ring segments per step and round (CommConfig::ring_window,\n"
     "                     default 1; 0: a whole block per step)\n"
+    "  --transport NAME   auto | tcp | shm: what carries the ranks' pairs (CommConfig::transport,\n"
+    "                     default auto: shared memory)\n"
     "  --spin-us US       how long a small operation polls before it sleeps\n"
     "                     (CommConfig::spin_wait, default 20; 0: never)\n"
     "  --json             one JSON object per line instead of a table\n"
@@ -63,7 +65,7 @@ constexpr const char* kUsage =
 
 const std::set<std::string> kValueFlags = {
     "ranks", "sizes", "algo", "iters", "warmup", "timeout", "chunk", "socket-buffer", "ring-window",
-    "spin-us",
+    "spin-us", "transport",
     // hidden: a rank spawned by the launcher, and the fault drills of the fault tests
     "worker-rank", "store", "fault", "fault-rank", "fault-after-iters"};
 const std::set<std::string> kBoolFlags = {"json", "help"};
@@ -110,6 +112,7 @@ BenchOptions parse_options(const Args& a) {
   }
   if (a.has("ring-window")) o.ring_window = int_in("ring-window", 0, 0, 1 << 20);
   if (a.has("spin-us")) o.spin_us = int_in("spin-us", 0, 0, 1000000);
+  o.transport = comm::parse_transport(a.get_or("transport", "auto"));
   o.json = a.has("json");
   if (auto f = a.get("fault")) {
     if (*f == "kill")
@@ -297,8 +300,9 @@ class Printer {
     }
     auto j = nlohmann::json::parse(json_line);
     if (!header_) {
-      std::printf("allreduce  library=cohort  transport=tcp  ranks=%d  algorithm=%s  dtype=f32\n",
-                  o_.ranks, std::string(comm::algorithm_name(o_.algorithm)).c_str());
+      std::printf("allreduce  library=cohort  transport=%s  ranks=%d  algorithm=%s  dtype=f32\n",
+                  j.value("transport", std::string("?")).c_str(), o_.ranks,
+                  std::string(comm::algorithm_name(o_.algorithm)).c_str());
       std::printf("%12s %14s %12s %12s %8s\n", "size", "time_us", "algbw_GB/s", "busbw_GB/s",
                   "iters");
       header_ = true;

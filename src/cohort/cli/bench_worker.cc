@@ -84,6 +84,7 @@ class Worker {
       config.socket_buffer_bytes = static_cast<int>(o_.socket_buffer_bytes);
     if (o_.ring_window >= 0) config.ring_window = static_cast<size_t>(o_.ring_window);
     if (o_.spin_us >= 0) config.spin_wait = std::chrono::microseconds(o_.spin_us);
+    config.transport = o_.transport;
     comm_ = comm::Communicator::create(store_, config);
     for (size_t s = 0; s < o_.sizes.size(); ++s) run_size(s);
     wait(comm_->barrier());
@@ -93,6 +94,12 @@ class Worker {
   // The Work's own deadline is the communicator's; this one only guards against a collective
   // that never completes at all.
   void wait(const std::shared_ptr<comm::Work>& w) { w->wait(o_.timeout + std::chrono::seconds(5)); }
+
+  // What carried rank 0's pairs: "tcp", "shm" or both ("shm+tcp").
+  static std::string transport_used(const comm::CommStats& s) {
+    if (s.shm_pairs > 0 && s.tcp_pairs > 0) return "shm+tcp";
+    return s.shm_pairs > 0 ? "shm" : "tcp";
+  }
 
   void run_size(size_t index) {
     const uint64_t bytes = o_.sizes[index];
@@ -116,7 +123,7 @@ class Worker {
     if (rank_ == 0) {
       bench::Result r{.algorithm = std::string(comm::algorithm_name(o_.algorithm)),
                       .library = "cohort",
-                      .transport = "tcp",
+                      .transport = transport_used(comm_->stats()),
                       .ranks = o_.ranks,
                       .bytes = bytes,
                       .time_us = m.time_us,

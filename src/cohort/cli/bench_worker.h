@@ -38,6 +38,7 @@ struct BenchOptions {
   long socket_buffer_bytes = -1;
   long ring_window = -1;
   long spin_us = -1;
+  comm::Transport transport = comm::Transport::Auto;
   bool json = false;
   FaultDrill fault;
 };

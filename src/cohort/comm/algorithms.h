@@ -22,10 +22,10 @@ struct OpContext {
   Counters& counters;
   OpId id;
   Deadline deadline;
-  size_t chunk_bytes;                // pipeline segment size
-  std::vector<uint8_t>& scratch;     // reusable temporary memory, grown on demand
-  size_t ring_window = 0;            // segments per step in each round of a ring (0: a whole block)
-  std::chrono::nanoseconds spin{0};  // how long a wait polls before it sleeps (exchange())
+  size_t chunk_bytes;             // pipeline segment size
+  std::vector<uint8_t>& scratch;  // reusable temporary memory, grown on demand
+  size_t ring_window = 0;         // segments per step in each round of a ring (0: a whole block)
+  Spin spin{};                    // how long a wait polls before it sleeps (exchange())
 
   int rank() const { return mesh.rank(); }
   int size() const { return mesh.size(); }

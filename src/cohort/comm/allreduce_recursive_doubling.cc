@@ -18,8 +18,10 @@
 // holds the same bytes before each step, so all p ranks end with the same bytes; Avg divides those
 // same bytes by n everywhere, and the folded ranks receive a copy.
 //
-// Each segment is received into scratch and reduced into the buffer as soon as it arrives, but
-// only once this rank has sent that segment (recv lag 0), since the reduction overwrites it.
+// Each segment is received into scratch at once and reduced into the buffer as soon as this rank
+// has sent that segment (apply lag 0), since the reduction overwrites it. Receiving is never held
+// back by sending: both partners of a step send at once, and a segment larger than what their
+// pair buffers would otherwise leave each waiting for the other to read.
 #include "cohort/comm/algorithms.h"
 #include "cohort/comm/reduce.h"
 
@@ -68,7 +70,7 @@ void allreduce_recursive_doubling(OpContext& ctx, Buffer buf, ReduceOp op) {
                         reduce(buf.dtype, op, mine.data, mine_first ? mine.data : theirs.data,
                                mine_first ? theirs.data : mine.data, mine.bytes / es);
                       },
-                  .lag = 0};
+                  .apply_lag = 0};
     ctx.run(&send, &recv);
   };
 

@@ -87,6 +87,14 @@ struct CommConfig {
   // sender waits in its socket buffer (TCP's back-pressure) until the recv comes or its deadline
   // passes.
   size_t p2p_stash_bytes = 64 << 20;
+  // What carries a pair of ranks on one host (types.h): under Auto, shared memory
+  // (transport/shm_pair.h) where it can be set up. Each direction of a shared-memory pair is a
+  // ring of at most `shm_ring_bytes`; the rings of all pairs of a host together stay within
+  // `shm_host_bytes` (smaller rings on a host of many ranks, 64 KiB at least), and a /dev/shm
+  // without room for a segment leaves that pair on TCP with a warning (Auto) or fails setup (Shm).
+  Transport transport = Transport::Auto;
+  size_t shm_ring_bytes = 1 << 20;
+  size_t shm_host_bytes = 256 << 20;
 };
 
 // Totals since the communicator was created (all ranks' own view).
@@ -94,6 +102,9 @@ struct CommStats {
   uint64_t bytes_sent = 0;
   uint64_t bytes_received = 0;
   uint64_t collectives = 0;
+  // How many of this rank's peers each transport carries.
+  int shm_pairs = 0;
+  int tcp_pairs = 0;
 };
 
 class Communicator {

@@ -1,7 +1,6 @@
 #include "cohort/comm/exchange.h"
 
 #include <poll.h>
-#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -19,6 +18,9 @@ std::string rank_str(int r) {
   return "rank " + std::to_string(r);
 }
 
+using transport::Direction;
+using transport::Pair;
+
 [[noreturn]] void lost(int peer, const OpId& id, const std::exception& e) {
   throw PeerLostError(peer, describe(id.kind, id.seq, id.tag) + ": connection to " +
                                 rank_str(peer) + " lost (" + e.what() + ")");
@@ -26,7 +28,7 @@ std::string rank_str(int r) {
 
 struct SendState {
   SendPlan* plan = nullptr;
-  int fd = -1;
+  Pair* pair = nullptr;
   size_t i = 0;  // segments finished
   bool active = false;
   bool blocked = false;
@@ -40,8 +42,9 @@ struct SendState {
 struct RecvState {
   enum Phase { Idle, Header, Payload, Stash };
   RecvPlan* plan = nullptr;
-  int fd = -1;
-  size_t i = 0;  // segments finished
+  Pair* pair = nullptr;
+  size_t i = 0;        // segments received
+  size_t applied = 0;  // segments whose on_segment has run (RecvPlan::apply_lag)
   Phase phase = Idle;
   bool blocked = false;
   WireHeader hdr;
@@ -50,29 +53,33 @@ struct RecvState {
   size_t got = 0;
   StashedMessage stash;
 
-  bool done() const { return !plan || i == plan->count; }
+  bool done() const { return !plan || applied == plan->count; }
 };
 
 class Engine {
  public:
-  Engine(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, RecvPlan* recv,
-         std::chrono::nanoseconds spin)
-      : mesh_(mesh), counters_(counters), id_(id), spin_(spin) {
+  Engine(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, RecvPlan* recv, Spin spin)
+      : mesh_(mesh), counters_(counters), id_(id) {
     if (send && send->count > 0) {
       s_.plan = send;
-      s_.fd = mesh.peer(send->peer).fd();
+      s_.pair = &mesh.pair(send->peer);
     }
     if (recv && recv->count > 0) {
       r_.plan = recv;
-      r_.fd = mesh.peer(recv->peer).fd();
+      r_.pair = &mesh.pair(recv->peer);
     }
+    auto spin_of = [&](const transport::Pair* p) {
+      if (!p) return std::chrono::nanoseconds{0};
+      return p->kind() == transport::Kind::Shm ? spin.shm : spin.tcp;
+    };
+    spin_ = std::max(spin_of(s_.pair), spin_of(r_.pair));
   }
 
   void run(Deadline deadline) {
     for (;;) {
       bool progress = false;
       if (!s_.done()) progress |= pump_send();
-      if (!r_.done()) progress |= pump_recv();
+      if (!r_.done()) progress |= apply_received() | pump_recv();
       if (s_.done() && r_.done()) return;
       if (!progress) wait(deadline);
     }
@@ -80,9 +87,9 @@ class Engine {
 
  private:
   bool send_ready(size_t i) const {
-    if (s_.plan->needs) return r_.i >= s_.plan->needs(i);
+    if (s_.plan->needs) return r_.applied >= s_.plan->needs(i);
     size_t lag = s_.plan->lag;
-    return lag == kNoLag || i < lag || r_.i > i - lag;
+    return lag == kNoLag || i < lag || r_.applied > i - lag;
   }
   bool recv_ready(size_t i) const {
     size_t lag = r_.plan->lag;
@@ -120,21 +127,15 @@ class Engine {
         size_t o = s_.off - sizeof(WireHeader);
         iov[n++] = {s_.seg.data + o, s_.seg.bytes - o};
       }
-      msghdr msg{};
-      msg.msg_iov = iov;
-      msg.msg_iovlen = static_cast<size_t>(n);
-      ssize_t rc = ::sendmsg(s_.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (rc < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-          s_.blocked = true;
-          return progress;
-        }
-        int err = errno;
-        if (err == EPIPE || err == ECONNRESET || err == ENOTCONN || err == ETIMEDOUT) {
-          lost(p.peer, id_, std::runtime_error(std::string("send: ") + std::strerror(err)));
-        }
-        throw SystemError("send to " + rank_str(p.peer), err);
+      size_t rc;
+      try {
+        rc = s_.pair->send_some(iov, n);
+      } catch (const PeerLostError& e) {
+        lost(p.peer, id_, e);
+      }
+      if (rc == 0) {
+        s_.blocked = true;
+        return progress;
       }
       counters_.sent.fetch_add(static_cast<uint64_t>(rc), std::memory_order_relaxed);
       s_.off += static_cast<size_t>(rc);
@@ -148,27 +149,17 @@ class Engine {
     }
   }
 
-  // Reads into [p, p + n); returns bytes read, 0 when the socket has nothing now.
+  // Reads into [p, p + n); returns bytes read, 0 when the pair has nothing now.
   size_t read_some(int peer, void* p, size_t n) {
-    for (;;) {
-      ssize_t rc = ::recv(r_.fd, p, n, MSG_DONTWAIT);
-      if (rc > 0) {
-        counters_.received.fetch_add(static_cast<uint64_t>(rc), std::memory_order_relaxed);
-        if (static_cast<size_t>(rc) < n) r_.blocked = true;  // drained
-        return static_cast<size_t>(rc);
-      }
-      if (rc == 0) lost(peer, id_, std::runtime_error("connection closed by peer"));
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        r_.blocked = true;
-        return 0;
-      }
-      int err = errno;
-      if (err == ECONNRESET || err == ENOTCONN || err == ETIMEDOUT || err == EPIPE) {
-        lost(peer, id_, std::runtime_error(std::string("recv: ") + std::strerror(err)));
-      }
-      throw SystemError("recv from " + rank_str(peer), err);
+    size_t rc;
+    try {
+      rc = r_.pair->recv_some(p, n);
+    } catch (const PeerLostError& e) {
+      lost(peer, id_, e);
     }
+    counters_.received.fetch_add(rc, std::memory_order_relaxed);
+    if (rc < n) r_.blocked = true;  // drained
+    return rc;
   }
 
   // Checks a complete header against this operation and picks the next phase.
@@ -228,10 +219,23 @@ class Engine {
   }
 
   void finish_segment() {
-    RecvPlan& p = *r_.plan;
-    if (p.on_segment) p.on_segment(r_.i);
     ++r_.i;
     r_.phase = RecvState::Idle;
+    apply_received();
+  }
+
+  // Runs on_segment for the received segments, in order, as far as apply_lag lets it.
+  bool apply_received() {
+    RecvPlan& p = *r_.plan;
+    bool progress = false;
+    while (r_.applied < r_.i) {
+      const size_t j = r_.applied, lag = p.apply_lag;
+      if (lag != kNoLag && j >= lag && s_.i <= j - lag) break;
+      if (p.on_segment && !(id_.skip_empty && p.segment(j).bytes == 0)) p.on_segment(j);
+      ++r_.applied;
+      progress = true;
+    }
+    return progress;
   }
 
   bool pump_recv() {
@@ -285,63 +289,69 @@ class Engine {
     }
   }
 
+  // Waits until the blocked side(s) may make progress: spins first (see exchange()), then sleeps
+  // in poll(2) on what the pairs name, until the deadline.
   void wait(Deadline deadline) {
-    pollfd fds[2];
-    nfds_t n = 0;
     const bool want_out = !s_.done() && s_.active && s_.blocked;
     const bool want_in = !r_.done() && r_.phase != RecvState::Idle && r_.blocked;
     if (!want_out && !want_in) {
       throw Error(describe(id_.kind, id_.seq, id_.tag) +
                   ": internal error: the schedule waits on itself");
     }
-    if (want_out) fds[n++] = {s_.fd, POLLOUT, 0};
-    if (want_in) {
-      if (n == 1 && fds[0].fd == r_.fd) {
-        fds[0].events |= POLLIN;
-      } else {
-        fds[n++] = {r_.fd, POLLIN, 0};
-      }
-    }
+    pollfd fds[2] = {{-1, 0, 0}, {-1, 0, 0}};  // [0]: the send pair, [1]: the receive pair
     const auto t0 = std::chrono::steady_clock::now();
-    // Spin first (see exchange()): poll without sleeping until the spin time is up.
-    for (int rc; spin_.count() > 0;) {
-      rc = ::poll(fds, n, 0);
-      if (rc > 0) return ready(fds, n, t0);
-      if (rc < 0 && errno != EINTR) throw SystemError("poll", errno);
+    auto watch = [&](bool arm) {
+      bool out = want_out && s_.pair->watch(Direction::Send, arm, &fds[0]);
+      bool in = want_in && r_.pair->watch(Direction::Recv, arm, &fds[1]);
+      return std::make_pair(out, in);
+    };
+    for (; spin_.count() > 0;) {
+      auto [out, in] = watch(false);
+      if (!out && !in && (fds[0].fd >= 0 || fds[1].fd >= 0)) {
+        const int rc = ::poll(fds, 2, 0);
+        if (rc < 0 && errno != EINTR) throw SystemError("poll", errno);
+        if (rc > 0) {
+          out = want_out && s_.pair->woke(Direction::Send, fds[0].revents);
+          in = want_in && r_.pair->woke(Direction::Recv, fds[1].revents);
+        }
+      }
+      if (out || in) return ready(out, in, t0);
       if (std::chrono::steady_clock::now() - t0 >= spin_ || deadline.expired()) break;
     }
     for (;;) {
-      int rc = ::poll(fds, n, deadline.poll_timeout_ms());
-      if (rc > 0) break;
-      if (rc < 0 && errno != EINTR) throw SystemError("poll", errno);
-      if (rc == 0 && deadline.expired()) {
+      auto [out, in] = watch(true);
+      if (!out && !in) {
+        const int rc = ::poll(fds, 2, deadline.poll_timeout_ms());
+        if (rc < 0 && errno != EINTR) throw SystemError("poll", errno);
+      }
+      // Every armed watch is answered, whatever woke the poll.
+      out = (want_out && s_.pair->woke(Direction::Send, fds[0].revents)) || out;
+      in = (want_in && r_.pair->woke(Direction::Recv, fds[1].revents)) || in;
+      if (out || in) return ready(out, in, t0);
+      if (deadline.expired()) {
         if (want_in) {
           throw StallError(r_.plan->peer, "waiting for data from " + rank_str(r_.plan->peer));
         }
         throw StallError(s_.plan->peer,
                          "waiting for " + rank_str(s_.plan->peer) + " to take this rank's data");
       }
+      fds[0] = fds[1] = {-1, 0, 0};
     }
-    ready(fds, n, t0);
   }
 
-  // Marks the sockets poll found ready as unblocked; the wait took since t0.
-  void ready(const pollfd* fds, nfds_t n, std::chrono::steady_clock::time_point t0) {
+  // The sides the wait found ready are unblocked; the wait took since t0.
+  void ready(bool out, bool in, std::chrono::steady_clock::time_point t0) {
     if (OpTiming* timing = t_op_timing) {
       timing->wait_ns += (std::chrono::steady_clock::now() - t0).count();
     }
-    for (nfds_t k = 0; k < n; ++k) {
-      const short ev = fds[k].revents;
-      if (ev == 0) continue;
-      if (fds[k].fd == r_.fd && (ev & (POLLIN | POLLHUP | POLLERR))) r_.blocked = false;
-      if (fds[k].fd == s_.fd && (ev & (POLLOUT | POLLHUP | POLLERR))) s_.blocked = false;
-    }
+    if (out) s_.blocked = false;
+    if (in) r_.blocked = false;
   }
 
   Mesh& mesh_;
   Counters& counters_;
   const OpId& id_;
-  const std::chrono::nanoseconds spin_;
+  std::chrono::nanoseconds spin_{0};
   SendState s_;
   RecvState r_;
 };
@@ -349,7 +359,7 @@ class Engine {
 }  // namespace
 
 void exchange(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, RecvPlan* recv,
-              Deadline deadline, std::chrono::nanoseconds spin) {
+              Deadline deadline, Spin spin) {
   if (OpTiming* timing = t_op_timing) {
     for (int peer : {send ? send->peer : -1, recv ? recv->peer : -1}) {
       if (peer >= 0) timing->peers |= uint64_t{1} << std::min(peer, 63);

@@ -46,6 +46,12 @@ struct RecvPlan {
   std::function<Segment(size_t)> segment = {};  // where segment i lands (must have its exact size)
   std::function<void(size_t)> on_segment = {};  // after segment i has arrived (may be empty)
   size_t lag = kNoLag;                          // segment i waits for sent segment i - lag
+  // on_segment(i) waits for sent segment i - apply_lag, while segment i itself is received at
+  // once (into memory of its own, which the send does not read): unlike `lag`, neither side ever
+  // stops reading because it has not finished sending, so a segment larger than what the pair
+  // buffers cannot leave both ranks waiting for the other to read. Sends gated on received
+  // segments (SendPlan::lag, needs) count only segments whose on_segment has run.
+  size_t apply_lag = kNoLag;
 };
 
 // What the headers of this operation must say.
@@ -65,6 +71,14 @@ struct Counters {
   std::atomic<uint64_t> received{0};
 };
 
+// How long a wait polls its pairs without sleeping before it sleeps in poll(2), by the transport
+// of the pairs it waits on (the longest of theirs applies). Spinning on a TCP pair saves the
+// receiver a thread wake-up; on a shared-memory pair it also saves the sender the doorbell write.
+struct Spin {
+  std::chrono::nanoseconds tcp{0};
+  std::chrono::nanoseconds shm{0};
+};
+
 // The deadline passed while this rank waited for `peer`.
 class StallError : public TimeoutError {
  public:
@@ -80,10 +94,10 @@ class StallError : public TimeoutError {
 
 // Runs both plans to completion (either may be null). Throws StallError at the deadline,
 // PeerLostError naming the peer whose connection failed, ProtocolError on a header that does not
-// match `id`. With a positive `spin`, a wait for the sockets polls them without sleeping for up
+// match `id`. With a positive `spin`, a wait for the pairs polls them without sleeping for up
 // to that long before it sleeps in poll(2): a latency-bound exchange then sees its peer's data the
 // moment it lands instead of a thread wake-up later. Only for a rank with a CPU of its own.
 void exchange(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, RecvPlan* recv,
-              Deadline deadline, std::chrono::nanoseconds spin = {});
+              Deadline deadline, Spin spin = {});
 
 }  // namespace cohort::comm

@@ -10,6 +10,8 @@
 #include <optional>
 
 #include "cohort/base/error.h"
+#include "cohort/comm/mesh_pairs.h"
+#include "cohort/comm/transport/host_identity.h"
 #include "cohort/net/handshake.h"
 
 namespace cohort::comm {
@@ -18,18 +20,33 @@ namespace {
 // Connections accepted but not yet authenticated. Beyond this many, the oldest is dropped.
 constexpr size_t kMaxPending = 32;
 
-std::string info_of(int rank, int size) {
-  return "rank=" + std::to_string(rank) + " size=" + std::to_string(size);
+std::string info_of(int rank, int size, bool shm) {
+  return "rank=" + std::to_string(rank) + " size=" + std::to_string(size) +
+         " host=" + transport::host_identity() + " shm=" + (shm ? "1" : "0");
 }
 
-// Parses "rank=R size=N"; nullopt if malformed.
-std::optional<std::pair<int, int>> parse_info(const std::string& s) {
-  int r = -1, n = -1, used = 0;
-  if (std::sscanf(s.c_str(), "rank=%d size=%d%n", &r, &n, &used) != 2 ||
-      used != static_cast<int>(s.size())) {
+struct PeerInfo {
+  int rank = -1;
+  int size = -1;
+  std::string host;
+  bool shm = false;
+};
+
+// Parses "rank=R size=N host=H shm=B"; nullopt if malformed.
+std::optional<PeerInfo> parse_info(const std::string& s) {
+  PeerInfo p;
+  int r = -1, n = -1, shm = -1, used = 0;
+  char host[129] = {};
+  if (std::sscanf(s.c_str(), "rank=%d size=%d host=%128s shm=%d%n", &r, &n, host, &shm, &used) !=
+          4 ||
+      used != static_cast<int>(s.size()) || (shm != 0 && shm != 1)) {
     return std::nullopt;
   }
-  return std::make_pair(r, n);
+  p.rank = r;
+  p.size = n;
+  p.host = host;
+  p.shm = shm == 1;
+  return p;
 }
 
 std::string join_ranks(const std::vector<int>& ranks) {
@@ -47,7 +64,15 @@ struct Pending {
 }  // namespace
 
 void Mesh::shutdown_all() {
-  for (auto& s : peers_) s.shutdown();
+  for (auto& p : pairs_) {
+    if (p) p->shutdown();
+  }
+}
+
+int Mesh::pairs_of(transport::Kind k) const {
+  int n = 0;
+  for (const auto& p : pairs_) n += p && p->kind() == k;
+  return n;
 }
 
 Mesh Mesh::connect(store::Store& store, const MeshOptions& o) {
@@ -58,13 +83,14 @@ Mesh Mesh::connect(store::Store& store, const MeshOptions& o) {
   Mesh m;
   m.rank_ = o.rank;
   m.size_ = o.size;
-  m.peers_.resize(static_cast<size_t>(o.size));
+  m.pairs_.resize(static_cast<size_t>(o.size));
   m.stash_.resize(static_cast<size_t>(o.size));
   m.stash_limit_ = o.p2p_stash_bytes;
   if (o.size == 1) return m;
 
   const Deadline deadline = Deadline::after(o.timeout);
-  const std::string me = info_of(o.rank, o.size);
+  const std::string me = info_of(o.rank, o.size, o.transport != Transport::Tcp);
+  std::vector<PeerLink> links(static_cast<size_t>(o.size));
   std::vector<bool> connected(static_cast<size_t>(o.size), false);
   connected[static_cast<size_t>(o.rank)] = true;
 
@@ -105,12 +131,13 @@ Mesh Mesh::connect(store::Store& store, const MeshOptions& o) {
                       " could not authenticate with rank " + std::to_string(j) + ": " + e.what());
     }
     auto peer = parse_info(info);
-    if (!peer || peer->first != j || peer->second != o.size) {
+    if (!peer || peer->rank != j || peer->size != o.size) {
       throw ProtocolError("communicator setup: rank " + std::to_string(o.rank) + " dialled rank " +
-                          std::to_string(j) + " but the peer says '" + info + "' (expected '" +
-                          info_of(j, o.size) + "')");
+                          std::to_string(j) + " but the peer says '" + info +
+                          "' (expected rank=" + std::to_string(j) +
+                          " size=" + std::to_string(o.size) + " host=... shm=0|1)");
     }
-    m.peers_[static_cast<size_t>(j)] = std::move(s);
+    links[static_cast<size_t>(j)] = PeerLink{std::move(s), peer->host, peer->shm};
     connected[static_cast<size_t>(j)] = true;
   }
 
@@ -145,17 +172,18 @@ Mesh Mesh::connect(store::Store& store, const MeshOptions& o) {
           auto peer = parse_info(info);
           if (!peer) {
             drop(p, "malformed rank info '" + info + "'");
-          } else if (peer->second != o.size) {
-            drop(p, "it belongs to a world of " + std::to_string(peer->second) + ", not " +
+          } else if (peer->size != o.size) {
+            drop(p, "it belongs to a world of " + std::to_string(peer->size) + ", not " +
                         std::to_string(o.size));
-          } else if (peer->first <= o.rank || peer->first >= o.size) {
-            drop(p, "rank " + std::to_string(peer->first) + " should not dial rank " +
+          } else if (peer->rank <= o.rank || peer->rank >= o.size) {
+            drop(p, "rank " + std::to_string(peer->rank) + " should not dial rank " +
                         std::to_string(o.rank));
-          } else if (connected[static_cast<size_t>(peer->first)]) {
-            drop(p, "rank " + std::to_string(peer->first) + " is already connected");
+          } else if (connected[static_cast<size_t>(peer->rank)]) {
+            drop(p, "rank " + std::to_string(peer->rank) + " is already connected");
           } else {
-            m.peers_[static_cast<size_t>(peer->first)] = std::move(p.sock);
-            connected[static_cast<size_t>(peer->first)] = true;
+            links[static_cast<size_t>(peer->rank)] =
+                PeerLink{std::move(p.sock), peer->host, peer->shm};
+            connected[static_cast<size_t>(peer->rank)] = true;
             --waiting;
           }
         } catch (const std::exception& e) {
@@ -195,13 +223,11 @@ Mesh Mesh::connect(store::Store& store, const MeshOptions& o) {
   for (auto& p : pending) drop(p, "setup finished before its handshake");
 
   for (int r = 0; r < o.size; ++r) {
-    if (r == o.rank) continue;
-    net::Socket& s = m.peers_[static_cast<size_t>(r)];
-    s.set_nonblocking(true);
-    s.set_nodelay(true);
-    if (o.socket_buffer_bytes > 0) s.set_buffer_sizes(o.socket_buffer_bytes);
-    if (s.peer_is_local()) ++m.ranks_on_this_host_;
+    if (r != o.rank && links[static_cast<size_t>(r)].host == transport::host_identity()) {
+      ++m.ranks_on_this_host_;
+    }
   }
+  m.pairs_ = make_pairs(o, links, deadline);
   return m;
 }
 

@@ -1,10 +1,15 @@
-// Mesh: one authenticated TCP connection to every other rank, set up through the store.
+// Mesh: one transport pair to every other rank, set up through the store over authenticated TCP.
 //
 // Rendezvous: every rank listens on bind_host:0 and publishes "host:port" under
 // "<prefix>/addr/<rank>". Rank i dials every rank j < i and accepts every rank j > i, so each pair
 // has exactly one connection. Both ends prove the job token (net::handshake_*) and state their
 // rank and world size, which the other end checks: a wrong size, an unexpected rank or a second
 // connection from the same rank is rejected.
+//
+// Each side also states its host identity (transport/host_identity.h) and whether it would use
+// shared memory. A pair of ranks on one host that both would then agrees on a shared-memory
+// segment over its new connection (mesh_shm.cc) and becomes a ShmPair, the connection staying as
+// its doorbell; every other pair is a TcpPair over the connection.
 //
 // While accepting, anything that is not a well-behaved peer (garbage, a wrong token, a connection
 // that says nothing) costs one log line and is closed; accepting goes on. Pending connections are
@@ -16,9 +21,12 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "cohort/comm/transport/pair.h"
+#include "cohort/comm/types.h"
 #include "cohort/net/socket.h"
 #include "cohort/store/store.h"
 
@@ -37,6 +45,10 @@ struct MeshOptions {
   std::chrono::milliseconds handshake_timeout{3000};
   // The most bytes of send/recv messages kept per peer before their recv (CommConfig).
   size_t p2p_stash_bytes = 64 << 20;
+  // Pairs on one host (CommConfig::transport, shm_ring_bytes, shm_host_bytes).
+  Transport transport = Transport::Auto;
+  size_t shm_ring_bytes = 1 << 20;
+  size_t shm_host_bytes = 256 << 20;
 };
 
 // A send/recv message that arrived before the matching recv was issued.
@@ -58,8 +70,10 @@ class Mesh {
   int size() const { return size_; }
   // Ranks of this mesh on this host, this one included (peers whose connection is local).
   int ranks_on_this_host() const { return ranks_on_this_host_; }
-  // Non-blocking, TCP_NODELAY socket to peer (peer != rank()).
-  net::Socket& peer(int r) { return peers_[static_cast<size_t>(r)]; }
+  // The pair to peer r (r != rank()).
+  transport::Pair& pair(int r) { return *pairs_[static_cast<size_t>(r)]; }
+  // How many peers each transport carries.
+  int pairs_of(transport::Kind k) const;
   std::deque<StashedMessage>& stash(int r) { return stash_[static_cast<size_t>(r)]; }
   size_t stash_limit() const { return stash_limit_; }
   // Bytes of the messages in stash(r).
@@ -77,7 +91,7 @@ class Mesh {
   int rank_ = 0;
   int size_ = 1;
   int ranks_on_this_host_ = 1;
-  std::vector<net::Socket> peers_;
+  std::vector<std::unique_ptr<transport::Pair>> pairs_;
   std::vector<std::deque<StashedMessage>> stash_;
   size_t stash_limit_ = 64 << 20;
 };

@@ -75,7 +75,10 @@ std::unique_ptr<Communicator> Communicator::create(store::Store& store, const Co
                                                .timeout = config.timeout,
                                                .socket_buffer_bytes = config.socket_buffer_bytes,
                                                .handshake_timeout = config.handshake_timeout,
-                                               .p2p_stash_bytes = config.p2p_stash_bytes});
+                                               .p2p_stash_bytes = config.p2p_stash_bytes,
+                                               .transport = config.transport,
+                                               .shm_ring_bytes = config.shm_ring_bytes,
+                                               .shm_host_bytes = config.shm_host_bytes});
   return std::make_unique<TcpCommunicator>(store, config, std::move(mesh));
 }
 
@@ -156,7 +159,11 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype, size_t 
   op.timeout = timeout.count() > 0 ? timeout : config_.timeout;
   op.body = std::move(body);
   const bool deferred = bytes <= config_.hand_off_bytes && config_.hand_off_delay.count() > 0;
-  if (bytes <= config_.hand_off_bytes) op.spin = spin_;
+  // A large operation does not spin on TCP, where the kernel moves its bytes and a spinning
+  // thread would only take a CPU from the caller's computation; on shared memory its peer moves
+  // them, and a wait that sleeps costs a doorbell and a wake-up per ring's worth of data.
+  op.spin = Spin{.tcp = bytes <= config_.hand_off_bytes ? spin_ : std::chrono::nanoseconds{0},
+                 .shm = spin_};
   std::exception_ptr fatal;
   std::shared_ptr<Work> work;
   bool wake = false;
@@ -377,7 +384,9 @@ void TcpCommunicator::abort(const std::string& reason) {
 CommStats TcpCommunicator::stats() const {
   return CommStats{.bytes_sent = counters_.sent.load(std::memory_order_relaxed),
                    .bytes_received = counters_.received.load(std::memory_order_relaxed),
-                   .collectives = collectives_.load(std::memory_order_relaxed)};
+                   .collectives = collectives_.load(std::memory_order_relaxed),
+                   .shm_pairs = mesh_.pairs_of(transport::Kind::Shm),
+                   .tcp_pairs = mesh_.pairs_of(transport::Kind::Tcp)};
 }
 
 void TcpCommunicator::loop() {

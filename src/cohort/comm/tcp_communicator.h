@@ -59,7 +59,7 @@ class TcpCommunicator final : public Communicator {
     std::chrono::milliseconds timeout{0};
     // Until then only a thread waiting on the operation runs it (CommConfig::hand_off_delay).
     Clock::time_point hand_off_at{};
-    std::chrono::nanoseconds spin{0};  // CommConfig::spin_wait where it applies
+    Spin spin{};  // CommConfig::spin_wait where it applies
     std::function<void(OpContext&)> body;
   };
 
@@ -109,7 +109,9 @@ class TcpCommunicator final : public Communicator {
   std::shared_ptr<Runner> runner_;  // handed to every Work; outlives this communicator
   Clock::duration hand_off_delay_;  // now (CommConfig::hand_off_delay adapts); under mu_
   const Clock::duration hand_off_delay_max_;
-  const std::chrono::nanoseconds spin_;  // for small operations: spin_wait or 0 (oversubscribed)
+  // spin_wait, or 0 where this host has fewer CPUs than ranks: every wait of a small operation
+  // spins this long, and every wait of a large one on a shared-memory pair.
+  const std::chrono::nanoseconds spin_;
   std::thread thread_;
 };
 

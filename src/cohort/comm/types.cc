@@ -4,20 +4,28 @@ namespace cohort::comm {
 
 std::string_view reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Avg: return "avg";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Avg:
+      return "avg";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Min:
+      return "min";
   }
   return "?";
 }
 
 std::string_view algorithm_name(Algorithm a) {
   switch (a) {
-    case Algorithm::Auto: return "auto";
-    case Algorithm::Ring: return "ring";
-    case Algorithm::HalvingDoubling: return "halving_doubling";
-    case Algorithm::RecursiveDoubling: return "recursive_doubling";
+    case Algorithm::Auto:
+      return "auto";
+    case Algorithm::Ring:
+      return "ring";
+    case Algorithm::HalvingDoubling:
+      return "halving_doubling";
+    case Algorithm::RecursiveDoubling:
+      return "recursive_doubling";
   }
   return "?";
 }
@@ -29,6 +37,25 @@ Algorithm parse_algorithm(std::string_view s) {
   if (s == "recursive_doubling" || s == "rd") return Algorithm::RecursiveDoubling;
   throw ConfigError("unknown algorithm '" + std::string(s) +
                     "' (expected auto, ring, halving_doubling or recursive_doubling)");
+}
+
+std::string_view transport_name(Transport t) {
+  switch (t) {
+    case Transport::Auto:
+      return "auto";
+    case Transport::Tcp:
+      return "tcp";
+    case Transport::Shm:
+      return "shm";
+  }
+  return "?";
+}
+
+Transport parse_transport(std::string_view s) {
+  if (s == "auto") return Transport::Auto;
+  if (s == "tcp") return Transport::Tcp;
+  if (s == "shm") return Transport::Shm;
+  throw ConfigError("unknown transport '" + std::string(s) + "' (expected auto, tcp or shm)");
 }
 
 }  // namespace cohort::comm

@@ -20,6 +20,14 @@ std::string_view algorithm_name(Algorithm a);
 // "auto" | "ring" | "halving_doubling" | "recursive_doubling"; ConfigError otherwise.
 Algorithm parse_algorithm(std::string_view s);
 
+// Which transport carries a pair of ranks on one host (pairs on different hosts are always TCP).
+// Auto: shared memory where it can be set up, TCP with a warning where not (/dev/shm missing or
+// too small); Shm: shared memory or a failed setup; Tcp: never shared memory.
+enum class Transport : uint8_t { Auto = 0, Tcp = 1, Shm = 2 };
+std::string_view transport_name(Transport t);
+// "auto" | "tcp" | "shm"; ConfigError otherwise.
+Transport parse_transport(std::string_view s);
+
 // A timeout of zero means "the communicator's default".
 struct AllreduceOptions {
   ReduceOp op = ReduceOp::Sum;
@@ -55,7 +63,10 @@ class CollectiveTimeoutError : public TimeoutError {
  public:
   CollectiveTimeoutError(std::string collective, uint64_t seq, std::vector<int> ranks,
                          const std::string& what)
-      : TimeoutError(what), collective_(std::move(collective)), seq_(seq), ranks_(std::move(ranks)) {}
+      : TimeoutError(what),
+        collective_(std::move(collective)),
+        seq_(seq),
+        ranks_(std::move(ranks)) {}
   const std::string& collective() const { return collective_; }
   uint64_t sequence() const { return seq_; }
   const std::vector<int>& missing_ranks() const { return ranks_; }

@@ -171,24 +171,6 @@ std::string Socket::peer_address() const {
   return Endpoint{host, static_cast<uint16_t>(std::atoi(serv))}.str();
 }
 
-bool Socket::peer_is_local() const {
-  sockaddr_storage a{}, b{};
-  socklen_t la = sizeof(a), lb = sizeof(b);
-  if (getpeername(fd_, reinterpret_cast<sockaddr*>(&a), &la) != 0 ||
-      getsockname(fd_, reinterpret_cast<sockaddr*>(&b), &lb) != 0 || a.ss_family != b.ss_family) {
-    return false;
-  }
-  if (a.ss_family == AF_INET) {
-    return reinterpret_cast<sockaddr_in*>(&a)->sin_addr.s_addr ==
-           reinterpret_cast<sockaddr_in*>(&b)->sin_addr.s_addr;
-  }
-  if (a.ss_family == AF_INET6) {
-    return std::memcmp(&reinterpret_cast<sockaddr_in6*>(&a)->sin6_addr,
-                       &reinterpret_cast<sockaddr_in6*>(&b)->sin6_addr, sizeof(in6_addr)) == 0;
-  }
-  return false;
-}
-
 bool wait_fd(int fd, short events, Deadline deadline) {
   for (;;) {
     pollfd p{fd, events, 0};

@@ -43,9 +43,6 @@ class Socket {
   void set_buffer_sizes(int bytes);
   void set_keepalive(int idle_s, int interval_s, int count);
   std::string peer_address() const;
-  // The peer is on this host: its address is this end's own (loopback, or one local interface
-  // on both ends).
-  bool peer_is_local() const;
 
   // Blocking with deadline (the socket may be blocking or not; both use poll).
   // Throw TimeoutError on deadline, PeerLostError(-1, ...) when the peer closes or resets.

@@ -33,8 +33,8 @@ const Schema& schema() {
       {"train.optimizer", {"name", "lr", "momentum", "weight_decay", "betas", "eps"}},
       {"train.lr_schedule", {"warmup_steps", "scaling"}},
       {"comm",
-       {"algorithm", "bucket_mb", "buffers", "timeout_s", "compression", "compression_min_kb",
-        "error_feedback", "int8", "topk", "powersgd"}},
+       {"algorithm", "transport", "bucket_mb", "buffers", "timeout_s", "compression",
+        "compression_min_kb", "error_feedback", "int8", "topk", "powersgd"}},
       {"comm.int8", {"chunk", "stochastic_rounding"}},
       {"comm.topk", {"ratio", "warmup_steps"}},
       {"comm.powersgd", {"rank", "warmup_steps"}},
@@ -76,6 +76,7 @@ constexpr auto kScalings = {LrScaling::None, LrScaling::Linear};
 constexpr auto kFaultKinds = {FaultKind::Kill, FaultKind::Hang, FaultKind::Slow,
                               FaultKind::Disconnect};
 const std::vector<std::string> kAlgorithms = {"auto", "ring", "halving_doubling"};
+const std::vector<std::string> kTransports = {"auto", "tcp", "shm"};
 const std::vector<std::string> kBufferSyncs = {"broadcast", "average", "none"};
 const std::vector<std::string> kCompressions = {"none", "fp16", "bf16", "int8", "topk", "powersgd"};
 
@@ -432,6 +433,7 @@ JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
 
   YAML::Node comm = r.section(root, "comm");
   if (auto s = r.get_choice(comm, "comm.algorithm", kAlgorithms)) c.comm.algorithm = *s;
+  if (auto s = r.get_choice(comm, "comm.transport", kTransports)) c.comm.transport = *s;
   if (auto v =
           r.get_number(comm, "comm.bucket_mb", 0, true, 4096, false, "a number in (0, 4096]")) {
     c.comm.bucket_mb = *v;
@@ -600,6 +602,7 @@ std::string to_yaml(const JobConfig& c) {
 
   out << YAML::Key << "comm" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "algorithm" << YAML::Value << c.comm.algorithm;
+  out << YAML::Key << "transport" << YAML::Value << c.comm.transport;
   num("bucket_mb", c.comm.bucket_mb);
   out << YAML::Key << "buffers" << YAML::Value << c.comm.buffers;
   num("timeout_s", c.comm.timeout_s);

@@ -78,6 +78,8 @@ struct TrainConfig {
 
 struct CommConfig {
   std::string algorithm = "auto";  // auto | ring | halving_doubling (comm::parse_algorithm)
+  // What carries the pairs of workers on one host: auto | tcp | shm (comm::parse_transport).
+  std::string transport = "auto";
   double bucket_mb = 25.0;
   // The model's buffers (BatchNorm's running statistics) at every step: broadcast from rank 0 |
   // average | none (ddp::BufferSync).

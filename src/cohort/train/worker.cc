@@ -85,7 +85,8 @@ int run_worker(const WorkerOptions& options) {
                           .bind_host = options.bind_host,
                           .timeout = ms(cfg.comm.timeout_s),
                           .flight_recorder = recorder,
-                          .check_collectives = cfg.debug.check_collectives}});
+                          .check_collectives = cfg.debug.check_collectives,
+                          .transport = comm::parse_transport(cfg.comm.transport)}});
 
     TrainerContext ctx{
         .config = cfg,
@@ -127,8 +128,8 @@ int run_worker(const WorkerOptions& options) {
     reporter.reset();
     if (store && recorder) {
       // Before the failure record: the launcher reads this when it sees the failure.
-      trace::publish_final_report(*store, elastic::keys::kDebugPrefix, *recorder,
-                                  e.what(), dynamic_cast<const TimeoutError*>(&e) != nullptr);
+      trace::publish_final_report(*store, elastic::keys::kDebugPrefix, *recorder, e.what(),
+                                  dynamic_cast<const TimeoutError*>(&e) != nullptr);
     }
     if (store && rank >= 0) {
       try {

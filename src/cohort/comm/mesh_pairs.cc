@@ -1,0 +1,195 @@
+#include "cohort/comm/mesh_pairs.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdint>
+#include <optional>
+#include <sstream>
+
+#include "cohort/base/error.h"
+#include "cohort/comm/transport/host_identity.h"
+#include "cohort/comm/transport/shm_pair.h"
+#include "cohort/comm/transport/tcp_pair.h"
+
+namespace cohort::comm {
+namespace {
+
+using transport::ShmSegment;
+
+constexpr size_t kMaxMessage = 512;
+constexpr size_t kMinRing = 64 << 10;
+
+void send_message(net::Socket& s, const std::string& text, Deadline deadline) {
+  const auto n = static_cast<uint32_t>(text.size());
+  s.send_all(&n, sizeof(n), deadline);
+  s.send_all(text.data(), text.size(), deadline);
+}
+
+std::string recv_message(net::Socket& s, int peer, Deadline deadline) {
+  uint32_t n = 0;
+  s.recv_all(&n, sizeof(n), deadline);
+  if (n > kMaxMessage) {
+    throw ProtocolError("communicator setup: rank " + std::to_string(peer) + " sent a " +
+                        std::to_string(n) + "-byte transport message (at most " +
+                        std::to_string(kMaxMessage) + ")");
+  }
+  std::string text(n, '\0');
+  s.recv_all(text.data(), n, deadline);
+  return text;
+}
+
+bool starts_with(const std::string& s, const char* prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+
+// A pair on this host and why it is not on shared memory (empty: it is).
+struct Local {
+  int peer;
+  std::optional<ShmSegment> segment;
+  std::string refused;
+};
+
+std::string pair_name(int a, int b) {
+  return "ranks " + std::to_string(std::min(a, b)) + " and " + std::to_string(std::max(a, b));
+}
+
+// The creator's side: a segment for `peer`, or the reason there is none.
+std::optional<ShmSegment> create_segment(const MeshOptions& o, int peer, size_t ring,
+                                         std::string* why) {
+  try {
+    return ShmSegment::create(ring, std::to_string(o.rank) + "-" + std::to_string(peer));
+  } catch (const std::exception& e) {
+    *why = e.what();
+    return std::nullopt;
+  }
+}
+
+// The opener's side: the segment an offer names, or the reason it cannot be used.
+std::optional<ShmSegment> open_segment(const std::string& offer, int peer, std::string* why) {
+  std::istringstream in(offer.substr(4));
+  std::string name;
+  uint64_t ring = 0;
+  if (!(in >> name >> ring) || !in.eof()) {
+    throw ProtocolError("communicator setup: rank " + std::to_string(peer) +
+                        " sent a malformed shared-memory offer");
+  }
+  try {
+    return ShmSegment::open(name, static_cast<size_t>(ring));
+  } catch (const SystemError& e) {
+    *why = e.what();
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+size_t shm_ring_bytes_for(const MeshOptions& o, int local_ranks) {
+  const size_t cap = std::max(o.shm_ring_bytes, kMinRing);
+  if (local_ranks < 2) return cap;
+  const uint64_t rings = uint64_t(local_ranks) * uint64_t(local_ranks - 1);
+  const uint64_t fit = o.shm_host_bytes / rings;
+  size_t ring = kMinRing;
+  while (ring * 2 <= fit && ring * 2 <= cap) ring *= 2;
+  return ring;
+}
+
+std::vector<std::unique_ptr<transport::Pair>> make_pairs(const MeshOptions& o,
+                                                         std::vector<PeerLink>& links,
+                                                         Deadline deadline) {
+  const bool want_shm = o.transport != Transport::Tcp;
+  const std::string& here = transport::host_identity();
+  std::vector<Local> local;
+  int local_ranks = 1;
+  for (int r = 0; r < o.size; ++r) {
+    if (r == o.rank || links[static_cast<size_t>(r)].host != here) continue;
+    ++local_ranks;
+    const PeerLink& l = links[static_cast<size_t>(r)];
+    if (!want_shm) continue;
+    if (!l.shm) {
+      if (o.transport == Transport::Shm) {
+        throw ConfigError("communicator setup: rank " + std::to_string(o.rank) +
+                          " requires shared memory (transport shm) but rank " + std::to_string(r) +
+                          ", on the same host, uses transport tcp");
+      }
+      continue;
+    }
+    local.push_back(Local{r, std::nullopt, {}});
+  }
+  const size_t ring = shm_ring_bytes_for(o, local_ranks);
+
+  // 1. Offers to the lower ranks of this host.
+  for (Local& p : local) {
+    if (p.peer > o.rank) continue;
+    p.segment = create_segment(o, p.peer, ring, &p.refused);
+    net::Socket& s = links[static_cast<size_t>(p.peer)].sock;
+    send_message(
+        s, p.segment ? "shm " + p.segment->name() + " " + std::to_string(ring) : "tcp " + p.refused,
+        deadline);
+  }
+  // 2. Answers to the higher ranks' offers.
+  for (Local& p : local) {
+    if (p.peer < o.rank) continue;
+    net::Socket& s = links[static_cast<size_t>(p.peer)].sock;
+    const std::string offer = recv_message(s, p.peer, deadline);
+    if (starts_with(offer, "shm ")) {
+      p.segment = open_segment(offer, p.peer, &p.refused);
+      send_message(s, p.segment ? "ok" : "tcp " + p.refused, deadline);
+    } else if (starts_with(offer, "tcp ")) {
+      p.refused = "rank " + std::to_string(p.peer) + ": " + offer.substr(4);
+    } else {
+      throw ProtocolError("communicator setup: rank " + std::to_string(p.peer) +
+                          " sent an unknown transport message");
+    }
+  }
+  // 3. The lower ranks' answers.
+  for (Local& p : local) {
+    if (p.peer > o.rank || !p.segment) continue;
+    const std::string answer =
+        recv_message(links[static_cast<size_t>(p.peer)].sock, p.peer, deadline);
+    p.segment->unlink();
+    if (answer == "ok") continue;
+    if (!starts_with(answer, "tcp ")) {
+      throw ProtocolError("communicator setup: rank " + std::to_string(p.peer) +
+                          " sent an unknown transport answer");
+    }
+    p.refused = "rank " + std::to_string(p.peer) + ": " + answer.substr(4);
+    p.segment.reset();
+  }
+
+  std::vector<std::unique_ptr<transport::Pair>> pairs(static_cast<size_t>(o.size));
+  std::vector<int> fell_back;
+  std::string first_reason;
+  for (Local& p : local) {
+    if (p.segment) {
+      pairs[static_cast<size_t>(p.peer)] = std::make_unique<transport::ShmPair>(
+          p.peer, std::move(links[static_cast<size_t>(p.peer)].sock), std::move(*p.segment),
+          /*creator=*/p.peer < o.rank);
+      continue;
+    }
+    if (o.transport == Transport::Shm) {
+      throw Error("communicator setup: no shared memory between " + pair_name(o.rank, p.peer) +
+                  " (transport shm): " + p.refused);
+    }
+    fell_back.push_back(p.peer);
+    if (first_reason.empty()) first_reason = p.refused;
+  }
+  if (!fell_back.empty()) {
+    std::string ranks;
+    for (size_t i = 0; i < fell_back.size(); ++i) {
+      ranks += (i ? ", " : "") + std::to_string(fell_back[i]);
+    }
+    spdlog::warn(
+        "communicator setup (rank {}): no shared memory with rank(s) {} on this host ({}); "
+        "they talk over TCP",
+        o.rank, ranks, first_reason);
+  }
+  for (int r = 0; r < o.size; ++r) {
+    if (r == o.rank || pairs[static_cast<size_t>(r)]) continue;
+    net::Socket& s = links[static_cast<size_t>(r)].sock;
+    if (o.socket_buffer_bytes > 0) s.set_buffer_sizes(o.socket_buffer_bytes);
+    pairs[static_cast<size_t>(r)] = std::make_unique<transport::TcpPair>(r, std::move(s));
+  }
+  return pairs;
+}
+
+}  // namespace cohort::comm

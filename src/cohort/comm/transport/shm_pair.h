@@ -1,0 +1,108 @@
+// The shared-memory transport: a Pair between two ranks of one host over a segment in /dev/shm
+// holding one single-producer single-consumer ring per direction.
+//
+// Data never touches the kernel: the sender copies into the ring and publishes its new head, the
+// receiver copies out and publishes its new tail. Waiting uses the pair's TCP connection, which
+// carries no data any more, as a doorbell: a side about to sleep sets a flag in the segment and
+// polls the socket; the other side, after moving its end of the ring, clears the flag and writes
+// one byte to the socket. A wake-up therefore costs one small write, only when the other side
+// really sleeps (a spinning wait never sets the flag), and one poll(2) can watch shared-memory and
+// TCP pairs together. The connection is also how a dead peer is noticed: the kernel closes a
+// killed process's socket, so a rank waiting on its ring sees the doorbell close, exactly as over
+// TCP. A stopped peer is caught by the operation's deadline, as over TCP.
+//
+// The segment's name exists only during setup: the rank that opens it removes it at once and the
+// creator removes it when the other side answers (or fails to), so nothing stays in /dev/shm after
+// either rank dies. Its size is fixed at creation and its pages are allocated then
+// (posix_fallocate), so a /dev/shm too small for it fails at setup (SystemError, ENOSPC), when the
+// pair can still fall back to TCP, instead of with SIGBUS during a collective.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cohort/comm/transport/pair.h"
+#include "cohort/net/socket.h"
+
+namespace cohort::comm::transport {
+
+// A mapped segment of two rings. Move-only; unmaps (and removes its name, if still there) when
+// destroyed. Ranks that are threads of one process share one mapping of a segment (the opener
+// finds the creator's), so the two ends' atomics are the same objects to the compiler and to
+// ThreadSanitizer, as they are to the hardware.
+class ShmSegment {
+ public:
+  // Creates and maps a new segment whose rings hold `ring_bytes` each (a power of two, at least
+  // 4 KiB). `label` goes into the name, for a person reading /dev/shm during setup. Throws
+  // SystemError when /dev/shm refuses (ENOSPC: too small; ENOENT/EACCES: absent or read-only).
+  static ShmSegment create(size_t ring_bytes, const std::string& label);
+  // Opens and maps the segment another rank created under `name`, and removes the name. Throws
+  // ProtocolError when it is not a Cohort segment of `ring_bytes` rings, SystemError when it
+  // cannot be opened.
+  static ShmSegment open(const std::string& name, size_t ring_bytes);
+
+  ShmSegment() = default;
+  ShmSegment(ShmSegment&& o) noexcept;
+  ShmSegment& operator=(ShmSegment&& o) noexcept;
+  ~ShmSegment();
+
+  struct Mapping;  // one mmap of a segment, shared by the ends in this process
+
+  const std::string& name() const { return name_; }
+  size_t ring_bytes() const { return ring_bytes_; }
+  uint8_t* base() const;
+  // Removes the name from /dev/shm (the mapping stays). Idempotent.
+  void unlink();
+
+ private:
+  std::string name_;
+  bool named_ = false;
+  std::shared_ptr<Mapping> mapping_;
+  size_t ring_bytes_ = 0;
+};
+
+class ShmPair final : public Pair {
+ public:
+  // `doorbell` is the authenticated connection to `peer`; `creator` says which of the two rings
+  // is this rank's to write (the creator writes ring 0).
+  ShmPair(int peer, net::Socket doorbell, ShmSegment segment, bool creator);
+  ~ShmPair() override;
+
+  Kind kind() const override { return Kind::Shm; }
+  size_t send_some(const iovec* iov, int n) override;
+  size_t recv_some(void* p, size_t n) override;
+  bool watch(Direction dir, bool arm, pollfd* pfd) override;
+  bool woke(Direction dir, short revents) override;
+  void shutdown() override;
+
+  struct Ring;  // the control block of one direction (shm_pair.cc)
+
+ private:
+  // Bytes waiting in the incoming ring / free in the outgoing one (ProtocolError if the peer
+  // left the ring in an impossible state).
+  size_t readable() const;
+  size_t writable() const;
+  void ring_doorbell();
+  // Reads whatever bytes the doorbell holds; notices the peer closing it.
+  void drain_doorbell();
+  [[noreturn]] void closed() const;
+  // Marks both rings closed in the segment, for the peer to see.
+  void mark_closed();
+  // The pair is closed: shut down here, or closed or gone at the other end.
+  bool gone();
+
+  net::Socket doorbell_;
+  ShmSegment segment_;
+  Ring* out_ = nullptr;
+  Ring* in_ = nullptr;
+  uint8_t* out_data_ = nullptr;
+  uint8_t* in_data_ = nullptr;
+  size_t cap_ = 0;
+  bool peer_closed_ = false;
+  std::atomic<bool> shut_{false};
+};
+
+}  // namespace cohort::comm::transport

@@ -1,0 +1,267 @@
+// The transport conformance suite: every test runs on a TCP pair and on a shared-memory pair, two
+// ends in one process (a real loopback connection; for shared memory a real /dev/shm segment with
+// that connection as its doorbell), driven through the Pair interface alone, as the exchange
+// engine drives it.
+#include <gtest/gtest.h>
+#include <poll.h>
+
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "cohort/base/clock.h"
+#include "cohort/base/error.h"
+#include "cohort/comm/transport/shm_pair.h"
+#include "cohort/comm/transport/tcp_pair.h"
+#include "cohort/net/socket.h"
+
+namespace cohort::comm::transport {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Ends {
+  std::unique_ptr<Pair> a;  // rank 0's end (its peer is rank 1)
+  std::unique_ptr<Pair> b;  // rank 1's end
+};
+
+constexpr size_t kRing = 64 << 10;  // small, so that the tests wrap the rings many times
+
+Ends make_ends(Kind kind) {
+  net::Listener l = net::Listener::bind("127.0.0.1", 0);
+  net::Socket sa = net::Socket::connect({"127.0.0.1", l.port()}, Deadline::after(5s));
+  net::Socket sb = l.accept(Deadline::after(5s));
+  if (kind == Kind::Tcp) {
+    sa.set_buffer_sizes(static_cast<int>(kRing));
+    sb.set_buffer_sizes(static_cast<int>(kRing));
+    return {std::make_unique<TcpPair>(1, std::move(sa)),
+            std::make_unique<TcpPair>(0, std::move(sb))};
+  }
+  ShmSegment created = ShmSegment::create(kRing, "test");
+  ShmSegment opened = ShmSegment::open(created.name(), kRing);
+  created.unlink();
+  return {std::make_unique<ShmPair>(1, std::move(sa), std::move(created), true),
+          std::make_unique<ShmPair>(0, std::move(sb), std::move(opened), false)};
+}
+
+// Sleeps until `dir` of `p` may progress, as the engine's wait does; false at the deadline.
+bool wait_for(Pair& p, Direction dir, Deadline deadline) {
+  for (;;) {
+    pollfd pfd;
+    if (p.watch(dir, /*arm=*/true, &pfd)) {
+      p.woke(dir, 0);
+      return true;
+    }
+    ::poll(&pfd, 1, deadline.poll_timeout_ms());
+    if (p.woke(dir, pfd.revents)) return true;
+    if (deadline.expired()) return false;
+  }
+}
+
+void recv_all(Pair& p, uint8_t* data, size_t n, std::mt19937& rng, Deadline deadline) {
+  size_t off = 0;
+  while (off < n) {
+    const size_t want = std::min<size_t>(n - off, 1 + rng() % (2 * kRing));
+    size_t k = p.recv_some(data + off, want);
+    off += k;
+    if (k < want && off < n) {
+      ASSERT_TRUE(wait_for(p, Direction::Recv, deadline)) << "recv stalled at " << off;
+    }
+  }
+}
+
+std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
+  std::vector<uint8_t> v(n);
+  std::mt19937 rng(seed);
+  for (auto& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+class Transport : public ::testing::TestWithParam<Kind> {};
+
+// One end sends `out` while it receives into `in`, on one thread, waiting on both directions in
+// one poll as the exchange engine does (a pair is used by one thread at a time).
+void duplex(Pair& p, const std::vector<uint8_t>& out, std::vector<uint8_t>& in, uint32_t seed,
+            Deadline deadline) {
+  std::mt19937 rng(seed);
+  size_t sent = 0, got = 0;
+  bool send_blocked = false, recv_blocked = false;
+  while (sent < out.size() || got < in.size()) {
+    if (sent < out.size() && !send_blocked) {
+      // Pieces of random size, split over two buffers, like a header and its payload.
+      const size_t piece = std::min<size_t>(out.size() - sent, 1 + rng() % (3 * kRing));
+      const size_t first = std::min<size_t>(piece, rng() % 64);
+      iovec iov[2] = {{const_cast<uint8_t*>(out.data() + sent), first},
+                      {const_cast<uint8_t*>(out.data() + sent + first), piece - first}};
+      const size_t k = p.send_some(iov, 2);
+      sent += k;
+      send_blocked = k < piece;
+    }
+    if (got < in.size() && !recv_blocked) {
+      const size_t want = std::min<size_t>(in.size() - got, 1 + rng() % (2 * kRing));
+      const size_t k = p.recv_some(in.data() + got, want);
+      got += k;
+      recv_blocked = k < want;
+    }
+    if (sent == out.size() && got == in.size()) break;
+    const bool wait_send = sent < out.size() && send_blocked;
+    const bool wait_recv = got < in.size() && recv_blocked;
+    if ((sent < out.size() && !wait_send) || (got < in.size() && !wait_recv)) continue;
+    pollfd fds[2] = {{-1, 0, 0}, {-1, 0, 0}};
+    bool ready_send = wait_send && p.watch(Direction::Send, true, &fds[0]);
+    bool ready_recv = wait_recv && p.watch(Direction::Recv, true, &fds[1]);
+    if (!ready_send && !ready_recv) ::poll(fds, 2, deadline.poll_timeout_ms());
+    ready_send = (wait_send && p.woke(Direction::Send, fds[0].revents)) || ready_send;
+    ready_recv = (wait_recv && p.woke(Direction::Recv, fds[1].revents)) || ready_recv;
+    if (ready_send) send_blocked = false;
+    if (ready_recv) recv_blocked = false;
+    ASSERT_FALSE(deadline.expired()) << "stalled having sent " << sent << " and received " << got;
+  }
+}
+
+TEST_P(Transport, BytesArriveInOrderBothWaysAtOnceAcrossManyWrapArounds) {
+  Ends e = make_ends(GetParam());
+  const size_t n = 5 << 20;  // 80 times the ring
+  const auto ab = pattern(n, 1), ba = pattern(n, 2);
+  std::vector<uint8_t> got_ab(n), got_ba(n);
+  const Deadline deadline = Deadline::after(60s);
+  // Both directions are full at once: each end must keep reading while its sends wait.
+  std::thread ta([&] { duplex(*e.a, ab, got_ba, 3, deadline); });
+  std::thread tb([&] { duplex(*e.b, ba, got_ab, 4, deadline); });
+  ta.join();
+  tb.join();
+  EXPECT_TRUE(got_ab == ab);
+  EXPECT_TRUE(got_ba == ba);
+}
+
+TEST_P(Transport, AFullPairTakesNothingMoreUntilItsPeerReads) {
+  Ends e = make_ends(GetParam());
+  std::vector<uint8_t> big(64 << 20, 7);
+  iovec iov{big.data(), big.size()};
+  size_t sent = 0;
+  // Fill it: TCP's kernel buffers may keep growing a little, so send until nothing fits.
+  for (size_t k; (k = e.a->send_some(&iov, 1)) > 0;) {
+    sent += k;
+    iov = {big.data() + sent, big.size() - sent};
+  }
+  ASSERT_GT(sent, 0u);
+  ASSERT_LT(sent, big.size());
+  pollfd pfd;
+  EXPECT_FALSE(e.a->watch(Direction::Send, false, &pfd));
+  // The peer reads: the sender is woken and takes more.
+  std::thread reader([&] {
+    std::vector<uint8_t> buf(kRing);
+    std::mt19937 rng(1);
+    recv_all(*e.b, buf.data(), buf.size(), rng, Deadline::after(10s));
+  });
+  EXPECT_TRUE(wait_for(*e.a, Direction::Send, Deadline::after(10s)));
+  reader.join();
+  EXPECT_GT(e.a->send_some(&iov, 1), 0u);
+}
+
+TEST_P(Transport, NothingToReadIsNotReadyAndWaitingTimesOut) {
+  Ends e = make_ends(GetParam());
+  uint8_t b;
+  EXPECT_EQ(e.b->recv_some(&b, 1), 0u);
+  pollfd pfd;
+  EXPECT_FALSE(e.b->watch(Direction::Recv, false, &pfd));
+  const auto t0 = Clock::now();
+  EXPECT_FALSE(wait_for(*e.b, Direction::Recv, Deadline::after(100ms)));
+  EXPECT_GE(Clock::now() - t0, 90ms);
+}
+
+TEST_P(Transport, DataSentBeforeThePeerWentAwayIsReadThenThePeerIsLost) {
+  Ends e = make_ends(GetParam());
+  const auto data = pattern(1000, 9);
+  iovec iov{const_cast<uint8_t*>(data.data()), data.size()};
+  ASSERT_EQ(e.a->send_some(&iov, 1), data.size());
+  e.a.reset();  // the peer's process ends: its end closes
+  std::vector<uint8_t> got(data.size());
+  std::mt19937 rng(1);
+  recv_all(*e.b, got.data(), got.size(), rng, Deadline::after(5s));
+  EXPECT_TRUE(got == data);
+  EXPECT_TRUE(wait_for(*e.b, Direction::Recv, Deadline::after(5s)));
+  uint8_t b;
+  try {
+    e.b->recv_some(&b, 1);
+    ADD_FAILURE() << "read from a peer that is gone";
+  } catch (const PeerLostError& err) {
+    EXPECT_EQ(err.rank(), 0);  // b's peer
+  }
+}
+
+TEST_P(Transport, SendingToAPeerThatShutItsEndDownFails) {
+  Ends e = make_ends(GetParam());
+  e.b->shutdown();
+  std::vector<uint8_t> data(4096, 1);
+  iovec iov{data.data(), data.size()};
+  // TCP may take a first write into its buffers before the reset comes back; either way the
+  // sender learns within a few writes and a wait.
+  bool lost = false;
+  for (int i = 0; i < 100 && !lost; ++i) {
+    try {
+      if (e.a->send_some(&iov, 1) == 0) wait_for(*e.a, Direction::Send, Deadline::after(1s));
+    } catch (const PeerLostError& err) {
+      EXPECT_EQ(err.rank(), 1);
+      lost = true;
+    }
+  }
+  EXPECT_TRUE(lost);
+}
+
+TEST_P(Transport, ShutdownWakesAThreadSleepingOnThePair) {
+  Ends e = make_ends(GetParam());
+  const auto t0 = Clock::now();
+  std::thread waiter([&] {
+    EXPECT_TRUE(wait_for(*e.b, Direction::Recv, Deadline::after(20s)));
+    uint8_t b;
+    EXPECT_THROW(e.b->recv_some(&b, 1), PeerLostError);
+  });
+  std::this_thread::sleep_for(50ms);  // let it fall asleep (it wakes either way)
+  e.b->shutdown();
+  waiter.join();
+  EXPECT_LT(Clock::now() - t0, 5s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, Transport, ::testing::Values(Kind::Tcp, Kind::Shm),
+                         [](const auto& info) { return std::string(kind_name(info.param)); });
+
+TEST(ShmSegment, ItsNameIsGoneOnceBothSidesHaveIt) {
+  ShmSegment created = ShmSegment::create(kRing, "test");
+  const std::string path = "/dev/shm" + created.name();
+  EXPECT_TRUE(std::filesystem::exists(path));
+  ShmSegment opened = ShmSegment::open(created.name(), kRing);
+  EXPECT_FALSE(std::filesystem::exists(path));
+  created.unlink();  // a second removal is harmless
+}
+
+TEST(ShmSegment, ACreatorThatGoesAwayBeforeAnyoneOpensItLeavesNothing) {
+  std::string path;
+  {
+    ShmSegment created = ShmSegment::create(kRing, "test");
+    path = "/dev/shm" + created.name();
+    EXPECT_TRUE(std::filesystem::exists(path));
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+TEST(ShmSegment, OpeningWhatIsNotASegmentOfTheAnnouncedSizeIsRefused) {
+  ShmSegment created = ShmSegment::create(kRing, "test");
+  EXPECT_THROW(ShmSegment::open(created.name(), kRing * 2), ProtocolError);
+  ShmSegment other = ShmSegment::create(kRing, "test");
+  EXPECT_THROW(ShmSegment::open("/etc/passwd", kRing), ProtocolError);
+  EXPECT_THROW(ShmSegment::open("/cohort-../../etc/passwd", kRing), ProtocolError);
+  EXPECT_THROW(ShmSegment::open("/cohort-missing", kRing), SystemError);
+  EXPECT_THROW(ShmSegment::open(other.name(), 12345), ProtocolError);
+}
+
+TEST(ShmSegment, RingSizesMustBePowersOfTwo) {
+  EXPECT_THROW(ShmSegment::create(100000, "test"), ConfigError);
+  EXPECT_THROW(ShmSegment::create(1024, "test"), ConfigError);
+}
+
+}  // namespace
+}  // namespace cohort::comm::transport
