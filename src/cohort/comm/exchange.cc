@@ -79,7 +79,10 @@ class Engine {
     for (;;) {
       bool progress = false;
       if (!s_.done()) progress |= pump_send();
-      if (!r_.done()) progress |= apply_received() | pump_recv();
+      if (!r_.done()) {
+        progress |= apply_received();
+        progress |= pump_recv();
+      }
       if (s_.done() && r_.done()) return;
       if (!progress) wait(deadline);
     }
