@@ -1,7 +1,6 @@
 // What happens when things go wrong: mismatched collectives, a rank that never shows up, abort,
 // a rank that disappears mid-collective, and hostile connections during setup.
 #include <gtest/gtest.h>
-
 #include <sys/socket.h>
 
 #include <atomic>
@@ -283,6 +282,51 @@ TEST(Failure, HostileConnectionsDuringSetupAreDroppedAndSetupCompletes) {
     std::vector<int32_t> v(100, r);
     comms[r]->allreduce(Buffer{DType::I32, v.data(), v.size()})->wait();
     for (int32_t x : v) ASSERT_EQ(x, 0 + 1 + 2);
+  });
+}
+
+// 100 garbage, truncated and idle connections arrive at the ranks' listening ports while a
+// 64-rank communicator forms: none of them holds up the others' handshakes, and it forms within
+// its deadline.
+TEST(Failure, A64RankWorldFormsThroughAHundredHostileConnections) {
+  const int n = 64;
+  store::MemoryStore store;
+  std::vector<std::unique_ptr<Communicator>> comms(n);
+  std::thread attacker([&] {
+    std::vector<net::Socket> keep;
+    for (int i = 0; i < 100; ++i) {
+      const auto dl = Deadline::after(500ms);  // a finished rank's listener refuses at once
+      const std::string key = "comm/addr/" + std::to_string((i * 7) % n);
+      store.wait({key}, 30s);
+      try {
+        auto s = net::Socket::connect(net::Endpoint::parse(store::to_string(store.get(key))), dl);
+        if (i % 3 == 0) {
+          s.send_all("GET / HTTP/1.1\r\n\r\n", 18, dl);  // garbage
+        } else if (i % 3 == 1) {
+          s.send_all("CHRT\x01\x00", 6, dl);  // a frame header cut short
+        }                                     // else: says nothing at all
+        keep.push_back(std::move(s));
+      } catch (const Error&) {
+        // The rank finished its setup and closed its listener: nothing left to attack there.
+      }
+    }
+    std::this_thread::sleep_for(1500ms);  // hold them open past the handshake timeout
+  });
+  const auto t0 = Clock::now();
+  testing::on_threads(n, [&](int r) {
+    CommConfig c = testing::test_config(r, n);
+    c.transport = Transport::Tcp;  // setup is the subject; 2,016 segments would add nothing
+    c.handshake_timeout = 1s;
+    c.timeout = 60s;
+    comms[r] = Communicator::create(store, c);
+  });
+  const double setup_s = seconds_since(t0);
+  attacker.join();
+  EXPECT_LT(setup_s, 60.0);
+  testing::on_threads(n, [&](int r) {
+    std::vector<int32_t> v(100, r);
+    comms[r]->allreduce(Buffer{DType::I32, v.data(), v.size()})->wait();
+    for (int32_t x : v) ASSERT_EQ(x, n * (n - 1) / 2);
   });
 }
 

@@ -1,6 +1,7 @@
 #include "cohort/comm/exchange.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -73,6 +74,7 @@ class Engine {
       return p->kind() == transport::Kind::Shm ? spin.shm : spin.tcp;
     };
     spin_ = std::max(spin_of(s_.pair), spin_of(r_.pair));
+    yield_ = spin.yield;
   }
 
   void run(Deadline deadline) {
@@ -309,6 +311,7 @@ class Engine {
       return std::make_pair(out, in);
     };
     for (; spin_.count() > 0;) {
+      if (yield_) ::sched_yield();
       auto [out, in] = watch(false);
       if (!out && !in && (fds[0].fd >= 0 || fds[1].fd >= 0)) {
         const int rc = ::poll(fds, 2, 0);
@@ -355,6 +358,7 @@ class Engine {
   Counters& counters_;
   const OpId& id_;
   std::chrono::nanoseconds spin_{0};
+  bool yield_ = false;
   SendState s_;
   RecvState r_;
 };

@@ -77,6 +77,9 @@ struct Counters {
 struct Spin {
   std::chrono::nanoseconds tcp{0};
   std::chrono::nanoseconds shm{0};
+  // Each poll of the spin gives the CPU away first (sched_yield): for a host with more ranks than
+  // CPUs, where the rank this one waits for may need this CPU to send.
+  bool yield = false;
 };
 
 // The deadline passed while this rank waited for `peer`.

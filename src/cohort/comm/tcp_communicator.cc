@@ -164,6 +164,9 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype, size_t 
   // them, and a wait that sleeps costs a doorbell and a wake-up per ring's worth of data.
   op.spin = Spin{.tcp = bytes <= config_.hand_off_bytes ? spin_ : std::chrono::nanoseconds{0},
                  .shm = spin_};
+  // Oversubscribed: shared-memory waits poll and yield the CPU in turn, so that the rank they
+  // wait for (which must copy the data itself) gets to run.
+  if (spin_.count() == 0) op.spin = Spin{.shm = config_.yield_wait, .yield = true};
   std::exception_ptr fatal;
   std::shared_ptr<Work> work;
   bool wake = false;
