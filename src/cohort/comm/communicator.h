@@ -36,11 +36,16 @@ struct CommConfig {
   // reduced segment is forwarded this many segments after it arrived, while it is still in the
   // CPU caches. 0: a whole block per step (the textbook order).
   size_t ring_window = 1;
-  // SO_SNDBUF/SO_RCVBUF of every data connection (0: leave the kernel's autotuning on). Modest
-  // buffers measured fastest on loopback: the bytes in flight stay in the CPU caches between the
-  // sender's copy into the kernel and the receiver's copy out (4 MiB buffers were about 2x slower
-  // at 16 MiB). Raise it for networks whose bandwidth-delay product is larger.
+  // SO_SNDBUF/SO_RCVBUF of a TCP data connection between two ranks of one host (0: leave the
+  // kernel's autotuning on). Modest buffers measured fastest on loopback: the bytes in flight
+  // stay in the CPU caches between the sender's copy into the kernel and the receiver's copy out
+  // (4 MiB buffers were about 2x slower at 16 MiB).
   int socket_buffer_bytes = 256 << 10;
+  // The same for a connection between ranks of different hosts. 0, the default, leaves the
+  // kernel's autotuning on, which sizes the buffers to the link's bandwidth-delay product (a
+  // buffer pinned at 256 KiB would cap a 25 Gbit/s link with 1 ms of round trip at about
+  // 2 Gbit/s); set it only to measure or to bound memory.
+  int remote_socket_buffer_bytes = 0;
   // During setup, an accepted connection that has not authenticated within this is dropped.
   std::chrono::milliseconds handshake_timeout{3000};
   // Keys this communicator uses in the store: "<prefix>/addr/<rank>" (rendezvous),

@@ -40,7 +40,8 @@ struct MeshOptions {
   std::string advertise_host;  // defaults to bind_host
   std::string prefix = "comm";
   std::chrono::milliseconds timeout{30000};
-  int socket_buffer_bytes = 256 << 10;
+  int socket_buffer_bytes = 256 << 10;  // same-host TCP pairs (CommConfig)
+  int remote_socket_buffer_bytes = 0;   // pairs across hosts; 0: the kernel's autotuning
   // How long an accepted connection may take to complete its handshake.
   std::chrono::milliseconds handshake_timeout{3000};
   // The most bytes of send/recv messages kept per peer before their recv (CommConfig).

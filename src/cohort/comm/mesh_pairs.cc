@@ -186,7 +186,9 @@ std::vector<std::unique_ptr<transport::Pair>> make_pairs(const MeshOptions& o,
   for (int r = 0; r < o.size; ++r) {
     if (r == o.rank || pairs[static_cast<size_t>(r)]) continue;
     net::Socket& s = links[static_cast<size_t>(r)].sock;
-    if (o.socket_buffer_bytes > 0) s.set_buffer_sizes(o.socket_buffer_bytes);
+    const int buffer = links[static_cast<size_t>(r)].host == here ? o.socket_buffer_bytes
+                                                                  : o.remote_socket_buffer_bytes;
+    if (buffer > 0) s.set_buffer_sizes(buffer);
     pairs[static_cast<size_t>(r)] = std::make_unique<transport::TcpPair>(r, std::move(s));
   }
   return pairs;
