@@ -20,9 +20,6 @@
 namespace cohort::comm {
 namespace {
 
-// Connections accepted but not yet authenticated. Beyond this many, the oldest is dropped.
-constexpr size_t kMaxPending = 32;
-
 std::string info_of(int rank, int size, bool shm) {
   return "rank=" + std::to_string(rank) + " size=" + std::to_string(size) +
          " host=" + transport::host_identity() + " shm=" + (shm ? "1" : "0");
