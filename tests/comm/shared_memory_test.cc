@@ -56,7 +56,7 @@ TEST(SharedMemory, NothingOfTheWorldStaysInDevShm) {
 }
 
 TEST(SharedMemory, RingsShrinkOnAHostOfManyRanks) {
-  MeshOptions o;  // 1 MiB rings at most, 256 MiB per host
+  CommConfig o;  // 1 MiB rings at most, 256 MiB per host
   EXPECT_EQ(shm_ring_bytes_for(o, 2), size_t{1} << 20);
   EXPECT_EQ(shm_ring_bytes_for(o, 16), size_t{1} << 20);  // 240 rings of 1 MiB
   EXPECT_EQ(shm_ring_bytes_for(o, 17), size_t{512} << 10);

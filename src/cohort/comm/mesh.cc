@@ -94,7 +94,7 @@ void ensure_descriptors(int rank, size_t needed) {
 // Setup of one rank's connections: dial every lower rank, accept every higher one.
 class Setup {
  public:
-  Setup(store::Store& store, const MeshOptions& o)
+  Setup(store::Store& store, const CommConfig& o)
       : store_(store),
         o_(o),
         deadline_(Deadline::after(o.timeout)),
@@ -107,7 +107,7 @@ class Setup {
   std::vector<PeerLink> run() {
     net::Listener listener = net::Listener::bind(o_.bind_host, 0, kBacklog);
     const std::string host = o_.advertise_host.empty() ? o_.bind_host : o_.advertise_host;
-    store_.set(o_.prefix + "/addr/" + std::to_string(o_.rank),
+    store_.set(o_.store_prefix + "/addr/" + std::to_string(o_.rank),
                store::to_bytes(net::Endpoint{host, listener.port()}.str()));
     for (int j = 0; j < o_.rank; ++j) dial(j);
     accept_all(listener);
@@ -135,7 +135,7 @@ class Setup {
   // handshake (it was busy with too many others, or restarting its setup) is tried again until
   // the deadline; a wrong token is not.
   void dial(int j) {
-    const std::string key = o_.prefix + "/addr/" + std::to_string(j);
+    const std::string key = o_.store_prefix + "/addr/" + std::to_string(j);
     net::Socket s;
     std::string info;
     for (Millis backoff{10};; backoff = std::min(backoff * 2, Millis(500))) {
@@ -291,7 +291,7 @@ class Setup {
   }
 
   store::Store& store_;
-  const MeshOptions& o_;
+  const CommConfig& o_;
   const Deadline deadline_;
   const std::string me_;
   std::vector<PeerLink> links_;
@@ -313,7 +313,7 @@ int Mesh::pairs_of(transport::Kind k) const {
   return n;
 }
 
-Mesh Mesh::connect(store::Store& store, const MeshOptions& o) {
+Mesh Mesh::connect(store::Store& store, const CommConfig& o) {
   if (o.size < 1 || o.rank < 0 || o.rank >= o.size) {
     throw ConfigError("communicator: rank " + std::to_string(o.rank) + " is not in a world of " +
                       std::to_string(o.size));

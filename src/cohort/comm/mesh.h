@@ -25,32 +25,13 @@
 #include <string>
 #include <vector>
 
+#include "cohort/comm/communicator.h"
 #include "cohort/comm/transport/pair.h"
 #include "cohort/comm/types.h"
 #include "cohort/net/socket.h"
 #include "cohort/store/store.h"
 
 namespace cohort::comm {
-
-struct MeshOptions {
-  int rank = 0;
-  int size = 1;
-  std::string token;
-  std::string bind_host = "127.0.0.1";
-  std::string advertise_host;  // defaults to bind_host
-  std::string prefix = "comm";
-  std::chrono::milliseconds timeout{30000};
-  int socket_buffer_bytes = 256 << 10;  // same-host TCP pairs (CommConfig)
-  int remote_socket_buffer_bytes = 0;   // pairs across hosts; 0: the kernel's autotuning
-  // How long an accepted connection may take to complete its handshake.
-  std::chrono::milliseconds handshake_timeout{3000};
-  // The most bytes of send/recv messages kept per peer before their recv (CommConfig).
-  size_t p2p_stash_bytes = 64 << 20;
-  // Pairs on one host (CommConfig::transport, shm_ring_bytes, shm_host_bytes).
-  Transport transport = Transport::Auto;
-  size_t shm_ring_bytes = 1 << 20;
-  size_t shm_host_bytes = 256 << 20;
-};
 
 // A send/recv message that arrived before the matching recv was issued.
 struct StashedMessage {
@@ -62,7 +43,8 @@ struct StashedMessage {
 class Mesh {
  public:
   // Blocks until connected to every peer; TimeoutError names the ranks that never connected.
-  static Mesh connect(store::Store& store, const MeshOptions& opts);
+  // Uses the rendezvous, handshake, socket and transport settings of `config`.
+  static Mesh connect(store::Store& store, const CommConfig& config);
   // A single rank: no sockets at all.
   Mesh() = default;
   Mesh(Mesh&&) = default;

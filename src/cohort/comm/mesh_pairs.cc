@@ -54,7 +54,7 @@ std::string pair_name(int a, int b) {
 }
 
 // The creator's side: a segment for `peer`, or the reason there is none.
-std::optional<ShmSegment> create_segment(const MeshOptions& o, int peer, size_t ring,
+std::optional<ShmSegment> create_segment(const CommConfig& o, int peer, size_t ring,
                                          std::string* why) {
   try {
     return ShmSegment::create(ring, std::to_string(o.rank) + "-" + std::to_string(peer));
@@ -83,7 +83,7 @@ std::optional<ShmSegment> open_segment(const std::string& offer, int peer, std::
 
 }  // namespace
 
-size_t shm_ring_bytes_for(const MeshOptions& o, int local_ranks) {
+size_t shm_ring_bytes_for(const CommConfig& o, int local_ranks) {
   const size_t cap = std::max(o.shm_ring_bytes, kMinRing);
   if (local_ranks < 2) return cap;
   const uint64_t rings = uint64_t(local_ranks) * uint64_t(local_ranks - 1);
@@ -93,7 +93,7 @@ size_t shm_ring_bytes_for(const MeshOptions& o, int local_ranks) {
   return ring;
 }
 
-std::vector<std::unique_ptr<transport::Pair>> make_pairs(const MeshOptions& o,
+std::vector<std::unique_ptr<transport::Pair>> make_pairs(const CommConfig& o,
                                                          std::vector<PeerLink>& links,
                                                          Deadline deadline) {
   const bool want_shm = o.transport != Transport::Tcp;

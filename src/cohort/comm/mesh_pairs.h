@@ -28,13 +28,13 @@ struct PeerLink {
 // Every offer is sent before any is read, and every answer needs only the offers, so no rank
 // waits on another in a cycle. Under Transport::Auto a pair that could not agree stays on TCP with
 // a warning; under Transport::Shm setup fails naming both ranks and why.
-std::vector<std::unique_ptr<transport::Pair>> make_pairs(const MeshOptions& o,
+std::vector<std::unique_ptr<transport::Pair>> make_pairs(const CommConfig& o,
                                                          std::vector<PeerLink>& links,
                                                          Deadline deadline);
 
 // The ring size of each direction of a shared-memory pair on a host of `local_ranks` ranks: the
 // largest power of two that keeps every segment of the host within shm_host_bytes, at most
 // shm_ring_bytes and at least 64 KiB.
-size_t shm_ring_bytes_for(const MeshOptions& o, int local_ranks);
+size_t shm_ring_bytes_for(const CommConfig& o, int local_ranks);
 
 }  // namespace cohort::comm

@@ -66,21 +66,7 @@ std::unique_ptr<Communicator> Communicator::create(store::Store& store, const Co
   static std::once_flag logger_once;
   std::call_once(logger_once, [] { spdlog::default_logger_raw(); });
   if (config.chunk_bytes == 0) throw ConfigError("communicator: chunk_bytes must be positive");
-  Mesh mesh = Mesh::connect(
-      store, MeshOptions{.rank = config.rank,
-                         .size = config.size,
-                         .token = config.token,
-                         .bind_host = config.bind_host,
-                         .advertise_host = config.advertise_host,
-                         .prefix = config.store_prefix,
-                         .timeout = config.timeout,
-                         .socket_buffer_bytes = config.socket_buffer_bytes,
-                         .remote_socket_buffer_bytes = config.remote_socket_buffer_bytes,
-                         .handshake_timeout = config.handshake_timeout,
-                         .p2p_stash_bytes = config.p2p_stash_bytes,
-                         .transport = config.transport,
-                         .shm_ring_bytes = config.shm_ring_bytes,
-                         .shm_host_bytes = config.shm_host_bytes});
+  Mesh mesh = Mesh::connect(store, config);
   return std::make_unique<TcpCommunicator>(store, config, std::move(mesh));
 }
 
