@@ -638,8 +638,17 @@ std::exception_ptr TcpCommunicator::timed_out(const Op& op, const StallError& st
       try {
         store_.wait(others, grace);
       } catch (const TimeoutError&) {
+        // A rank stuck one collective behind or ahead is waiting too, not the culprit: data
+        // already in flight when a rank stopped can carry some survivors one collective further.
+        auto stuck_at = [&](uint64_t seq, int r) {
+          return store_.check({key("stuck/" + std::to_string(seq) + "/" + std::to_string(r))});
+        };
         for (int r = 0; r < size(); ++r) {
-          if (r != rank() && !store_.check({base + std::to_string(r)})) missing.push_back(r);
+          if (r == rank() || stuck_at(op.id.seq, r) || stuck_at(op.id.seq + 1, r) ||
+              (op.id.seq > 1 && stuck_at(op.id.seq - 1, r))) {
+            continue;
+          }
+          missing.push_back(r);
         }
       }
     } catch (const std::exception& e) {
