@@ -5,7 +5,7 @@ BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: deps configure build run test install test-asan test-asan-all test-tsan fuzz bench-training bench-compare bench-compression bench-recovery accuracy-compression bench-trace format lint clean
+.PHONY: deps configure build run test install test-asan test-asan-all test-tsan fuzz bench-training bench-compare bench-scale bench-compression bench-recovery accuracy-compression bench-trace format lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -47,6 +47,11 @@ bench-training: build
 
 bench-compare: build
 	scripts/bench-compare.sh
+
+# Scaling on the emulated cluster (needs root): the hierarchical allreduce against the flat ring,
+# 2 hosts x 2 and x 4 ranks at 1 Gbit/s (a few minutes); writes its section of BENCHMARKS.md.
+bench-scale: build
+	scripts/bench-scale.sh
 
 # Time to accuracy on the emulated bandwidth-limited cluster (scripts/netcluster.sh, needs root):
 # Cohort's gradient compressions against PyTorch DDP; writes its section of BENCHMARKS.md. The

@@ -59,8 +59,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
                        ::testing::Values(size_t{0}, size_t{1}, size_t{7}, size_t{1000}, kBig),
                        ::testing::Values(Algorithm::Ring, Algorithm::HalvingDoubling,
-                                         Algorithm::RecursiveDoubling, Algorithm::Auto),
-                       ::testing::Values(Wires::Tcp, Wires::Shm, Wires::Mixed)),
+                                         Algorithm::RecursiveDoubling, Algorithm::Hierarchical,
+                                         Algorithm::Auto),
+                       ::testing::Values(Wires::Tcp, Wires::Shm, Wires::Mixed, Wires::Hosts)),
     [](const auto& info) {
       return "n" + std::to_string(std::get<0>(info.param)) + "_count" +
              std::to_string(std::get<1>(info.param)) + "_" +
@@ -161,6 +162,15 @@ TEST(AllreduceAuto, PicksRecursiveDoublingForTinyHalvingDoublingForSmallAndRingF
   EXPECT_EQ(choose_allreduce(kRecursiveDoublingMaxBytes + 4, 8), Algorithm::HalvingDoubling);
   EXPECT_EQ(choose_allreduce(64 << 20, 8), Algorithm::Ring);
   EXPECT_EQ(choose_allreduce(64 << 20, 3), Algorithm::Ring);
+}
+
+TEST(AllreduceAuto, PicksHierarchicalAboveRecursiveDoublingWhenHostsHoldSeveralRanks) {
+  EXPECT_EQ(choose_allreduce(64 << 20, 8, 2, 4), Algorithm::Hierarchical);
+  EXPECT_EQ(choose_allreduce(kRecursiveDoublingMaxBytes + 4, 4, 2, 2), Algorithm::Hierarchical);
+  EXPECT_EQ(choose_allreduce(1 << 10, 8, 2, 4), Algorithm::RecursiveDoubling);
+  // One rank per host, or one host: nothing to gain over the flat algorithms.
+  EXPECT_EQ(choose_allreduce(64 << 20, 8, 8, 1), Algorithm::Ring);
+  EXPECT_EQ(choose_allreduce(64 << 20, 8, 1, 8), Algorithm::Ring);
 }
 
 }  // namespace

@@ -22,13 +22,17 @@ using testing::Wires;
 using testing::World;
 
 TEST(SharedMemory, RanksOfOneHostTalkOverItUnlessTold) {
-  for (Wires w : {Wires::Tcp, Wires::Shm, Wires::Mixed}) {
+  for (Wires w : {Wires::Tcp, Wires::Shm, Wires::Mixed, Wires::Hosts}) {
     World world(4, w);
     for (int r = 0; r < 4; ++r) {
       const CommStats s = world[r].stats();
       EXPECT_EQ(s.shm_pairs + s.tcp_pairs, 3) << testing::wires_name(w) << " rank " << r;
-      // Mixed: odd ranks refuse shared memory, so only the pair (0, 2) has it.
-      const int want = w == Wires::Tcp ? 0 : w == Wires::Shm ? 3 : (r % 2 ? 0 : 1);
+      // Mixed: odd ranks refuse shared memory, so only the pair (0, 2) has it. Hosts: each rank
+      // has one peer on its host (0 and 2, 1 and 3).
+      const int want = w == Wires::Tcp     ? 0
+                       : w == Wires::Shm   ? 3
+                       : w == Wires::Hosts ? 1
+                                           : (r % 2 ? 0 : 1);
       EXPECT_EQ(s.shm_pairs, want) << testing::wires_name(w) << " rank " << r;
     }
   }

@@ -27,17 +27,21 @@ inline CommConfig test_config(int rank, int size) {
 
 // Which transports carry a test world's pairs (every rank is on this host): all TCP, all shared
 // memory, or a mix in which odd ranks refuse shared memory, so that a pair with an odd rank is TCP
-// and the others shared memory, and a ring waits on both kinds at once.
-enum class Wires { Tcp, Shm, Mixed };
+// and the others shared memory, and a ring waits on both kinds at once. Hosts: the ranks say they
+// are on two hosts (CommConfig::host_id), even ranks on one and odd ranks on the other, so that
+// pairs within a host are shared memory, pairs across TCP, and Auto picks the hierarchical
+// allreduce; odd worlds have hosts of different sizes, and neither host's ranks are contiguous.
+enum class Wires { Tcp, Shm, Mixed, Hosts };
 
 inline std::string wires_name(Wires w) {
-  return w == Wires::Tcp ? "tcp" : w == Wires::Shm ? "shm" : "mixed";
+  return w == Wires::Tcp ? "tcp" : w == Wires::Shm ? "shm" : w == Wires::Mixed ? "mixed" : "hosts";
 }
 
 inline void use_wires(CommConfig& c, Wires w) {
   if (w == Wires::Tcp) c.transport = Transport::Tcp;
   if (w == Wires::Shm) c.transport = Transport::Shm;
   if (w == Wires::Mixed) c.transport = c.rank % 2 ? Transport::Tcp : Transport::Auto;
+  if (w == Wires::Hosts) c.host_id = c.rank % 2 ? "odd" : "even";
 }
 
 // Runs fn(rank) on `n` threads at once and rethrows the first exception any of them raised.

@@ -8,6 +8,10 @@
 #   netcluster_test.sh job COHORT   a short Cohort job with external workers runs across the rig to
 #                                   completion, and the bytes its links carried cover what Cohort
 #                                   counted as sent
+#   netcluster_test.sh hosts COHORT 2 hosts x 2 ranks (two per namespace): shared memory within a
+#                                   host, TCP across; the ring and the hierarchical allreduce give
+#                                   the right sums, and each host link carries what the cost model
+#                                   says (1.5 and 1 buffer per allreduce)
 #
 # Exit 77 (ctest: skipped) without root, iproute2, python3 or network namespaces.
 set -uo pipefail
@@ -164,7 +168,11 @@ rig() {
 
   # Owner and reaper both SIGKILLed: the cluster stays until the next start removes it.
   read -r owner id < <(start_run "$TMP/pids.orphan")
-  kill -KILL "$(pgrep -f "netcluster.sh reap $id")" "$owner"
+  # The reaper may be caught with a subshell of its own (a command substitution), which has the
+  # same command line: kill every match.
+  local reapers
+  mapfile -t reapers < <(pgrep -f "netcluster.sh reap $id")
+  kill -KILL "${reapers[@]}" "$owner"
   sleep 1
   ip netns list | grep -q "^cnc-$id-" || fail "the orphaned cluster vanished by itself (the test is wrong)"
   "$NC" clean
@@ -221,10 +229,54 @@ EOF
   assert_gone "$id" "after the job"
 }
 
+# Bytes node NODE's link has sent so far.
+sent() {  # NODE
+  local tx
+  read -r tx _ < <("$NC" bytes "$CLUSTER" "$1")
+  echo "$tx"
+}
+
+hosts() {
+  local cohort=${1:?hosts needs the cohort binary}
+  up 2
+  echo "cluster $CLUSTER up"
+  local list out algo before0 before1 size=$((4 << 20))
+  list="cnc-$CLUSTER-w0@$("$NC" addr 0),cnc-$CLUSTER-w1@$("$NC" addr 1)"
+  for algo in ring hierarchical; do
+    before0=$(sent 0) before1=$(sent 1)
+    out=$("$NC" exec "$CLUSTER" c timeout -s KILL 120 "$cohort" bench allreduce --ranks 4 \
+      --hosts "$list" --bind "$("$NC" addr c)" --algo "$algo" --sizes "$size" --iters 10 \
+      --warmup 0 --json 2>"$TMP/bench-$algo.txt") ||
+      fail "bench --algo $algo across 2 hosts failed: $(tail -20 "$TMP/bench-$algo.txt")"
+    echo "$algo: $out"
+    grep -q '"transport":"shm+tcp"' <<<"$out" ||
+      fail "$algo: rank 0 did not use shared memory on its host and TCP across: $out"
+    echo "$algo $(($(sent 0) - before0)) $(($(sent 1) - before1))" >>"$TMP/link-bytes"
+  done
+  python3 - "$TMP/link-bytes" "$size" <<'EOF' || fail "the links did not carry what the model says"
+import sys
+rows = {a: (int(x), int(y)) for a, x, y in (l.split() for l in open(sys.argv[1]))}
+S, calls = int(sys.argv[2]), 11  # 10 timed allreduces and the one that checks the sum
+for node in (0, 1):
+    ring, hier = rows["ring"][node], rows["hierarchical"][node]
+    # Per allreduce, a host link sends 2(n-1)/n S = 1.5 S under the ring (placed host by host)
+    # and 2(H-1)/H S = S under the hierarchical allreduce, plus headers and the store's traffic.
+    assert 1.5 * S * calls <= ring <= 1.5 * S * calls * 1.1, ("ring", node, ring)
+    assert S * calls <= hier <= S * calls * 1.1, ("hierarchical", node, hier)
+    print("ok: node %d's link sent %.2f S per allreduce under the ring, %.2f S hierarchical"
+          % (node, ring / S / calls, hier / S / calls))
+EOF
+  "$NC" down "$CLUSTER"
+  local id=$CLUSTER
+  CLUSTER=
+  assert_gone "$id" "after the benchmark"
+}
+
 case ${1:-} in
   rig) rig ;;
   job) job "${2:-}" ;;
-  *) fail "usage: netcluster_test.sh rig | job COHORT" ;;
+  hosts) hosts "${2:-}" ;;
+  *) fail "usage: netcluster_test.sh rig | job COHORT | hosts COHORT" ;;
 esac
 ((SECONDS < DEADLINE)) || fail "took longer than the test's own deadline"
 echo "PASS"

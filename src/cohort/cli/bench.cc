@@ -1,15 +1,18 @@
 // `cohort bench allreduce`: measures Cohort's allreduce across N local processes.
 //
-// The launcher (this process) starts a StoreServer on 127.0.0.1 with a fresh random token and
-// spawns N ranks of the same binary (hidden --worker-rank flag; the token travels in the
-// environment). Each rank builds a TcpStore and a Communicator and runs the method of
-// bench_method.h; rank 0 posts one result per size to the store and the launcher prints it.
+// The launcher (this process) starts a StoreServer on 127.0.0.1 (--bind) with a fresh random
+// token and spawns N ranks of the same binary (hidden --worker-rank flag; the token travels in the
+// environment), each in the network namespace of its host under --hosts. Each rank builds a
+// TcpStore and a Communicator and runs the method of bench_method.h; rank 0 posts one result per
+// size to the store and the launcher prints it.
 //
 // Process hygiene: ranks die with the launcher (PR_SET_PDEATHSIG) and ignore SIGINT, so that a
 // Ctrl-C reaches the launcher only, which then kills and reaps every rank. When a rank fails, the
 // launcher gives the others until the collective timeout (plus a margin) to fail on their own, so
 // that every rank's error is reported, then kills what is left and exits non-zero with the first
 // failure.
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -45,7 +48,8 @@ constexpr const char* kUsage =
     "  --ranks N          number of processes (default 2)\n"
     "  --sizes LIST       message sizes in bytes, K/M/G suffixes are binary\n"
     "                     (default 4K,64K,1M,16M,64M)\n"
-    "  --algo NAME        ring | halving_doubling | recursive_doubling | auto (default auto)\n"
+    "  --algo NAME        ring | halving_doubling | recursive_doubling | hierarchical | auto\n"
+    "                     (default auto)\n"
     "  --iters K          timed iterations per size (default: enough for ~0.5 s, 10..10000)\n"
     "  --warmup W         warm-up iterations per size (default 5)\n"
     "  --timeout MS       deadline of setup and of every collective (default 30000)\n"
@@ -59,16 +63,41 @@ constexpr const char* kUsage =
     "  --spin-us US       how long a small operation polls before it sleeps\n"
     "                     (CommConfig::spin_wait, default 20; 0: never)\n"
     "  --json             one JSON object per line instead of a table\n"
+    "  --hosts NS@ADDR,...  spread the ranks over these hosts of an emulated cluster\n"
+    "                     (scripts/netcluster.sh), in contiguous blocks: each rank enters network\n"
+    "                     namespace NS and listens on ADDR there (needs root)\n"
+    "  --bind ADDR        where the launcher's store listens (default 127.0.0.1); with --hosts,\n"
+    "                     an address of the launcher's namespace that the hosts reach\n"
     "\n"
     "Time is the median over iterations of the slowest rank's time; algbw = bytes / time and\n"
     "busbw = algbw * 2(n-1)/n, in GB/s (1e9 bytes per second).\n";
 
 const std::set<std::string> kValueFlags = {
     "ranks", "sizes", "algo", "iters", "warmup", "timeout", "chunk", "socket-buffer", "ring-window",
-    "spin-us", "transport",
+    "spin-us", "transport", "hosts", "bind",
     // hidden: a rank spawned by the launcher, and the fault drills of the fault tests
     "worker-rank", "store", "fault", "fault-rank", "fault-after-iters"};
 const std::set<std::string> kBoolFlags = {"json", "help"};
+
+// "NS@ADDR,NS@ADDR,..." of --hosts; at most one host per rank.
+std::vector<BenchHost> parse_hosts(const std::string& list, int ranks) {
+  std::vector<BenchHost> hosts;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const auto at = item.find('@');
+    if (at == std::string::npos || at == 0 || at + 1 == item.size() ||
+        item.find('/') != std::string::npos) {
+      throw ConfigError("--hosts: '" + item + "' is not NAMESPACE@ADDRESS");
+    }
+    hosts.push_back({item.substr(0, at), item.substr(at + 1)});
+  }
+  if (hosts.empty() || static_cast<int>(hosts.size()) > ranks) {
+    throw ConfigError("--hosts: " + std::to_string(hosts.size()) + " hosts for " +
+                      std::to_string(ranks) + " ranks (1 to --ranks)");
+  }
+  return hosts;
+}
 
 BenchOptions parse_options(const Args& a) {
   BenchOptions o;
@@ -114,6 +143,8 @@ BenchOptions parse_options(const Args& a) {
   if (a.has("spin-us")) o.spin_us = int_in("spin-us", 0, 0, 1000000);
   o.transport = comm::parse_transport(a.get_or("transport", "auto"));
   o.json = a.has("json");
+  o.bind_host = a.get_or("bind", "127.0.0.1");
+  if (auto h = a.get("hosts")) o.hosts = parse_hosts(*h, o.ranks);
   if (auto f = a.get("fault")) {
     if (*f == "kill")
       o.fault.kind = FaultKind::Kill;
@@ -174,13 +205,17 @@ class RankProcesses {
 
   // fork + exec of /proc/self/exe. Everything the child needs is prepared before fork(): the
   // launcher has threads, so the child may only make async-signal-safe calls until exec.
-  void spawn(int rank, const std::vector<std::string>& args, const std::vector<std::string>& env) {
+  // netns_fd >= 0: the child enters that network namespace first.
+  void spawn(int rank, const std::vector<std::string>& args, const std::vector<std::string>& env,
+             int netns_fd = -1) {
     std::vector<char*> argv, envp;
     for (const auto& s : args) argv.push_back(const_cast<char*>(s.c_str()));
     argv.push_back(nullptr);
     for (const auto& s : env) envp.push_back(const_cast<char*>(s.c_str()));
     envp.push_back(nullptr);
     const pid_t launcher = getpid();
+    const std::string no_netns =
+        "cohort bench: rank " + std::to_string(rank) + " could not enter its host's namespace\n";
     sigset_t none;
     sigemptyset(&none);
 
@@ -192,6 +227,10 @@ class RankProcesses {
       signal(SIGINT, SIG_IGN);
       sigprocmask(SIG_SETMASK, &none, nullptr);
       dup2(STDERR_FILENO, STDOUT_FILENO);  // stdout carries the launcher's results only
+      if (netns_fd >= 0 && setns(netns_fd, CLONE_NEWNET) != 0) {
+        [[maybe_unused]] auto n = write(STDERR_FILENO, no_netns.data(), no_netns.size());
+        _exit(126);
+      }
       execve("/proc/self/exe", argv.data(), envp.data());
       _exit(127);
     }
@@ -263,6 +302,28 @@ class RankProcesses {
   }
 
   std::vector<Rank> ranks_;
+};
+
+// The network namespaces of --hosts, open (close-on-exec) for the children to enter.
+class NamespaceFiles {
+ public:
+  explicit NamespaceFiles(const std::vector<BenchHost>& hosts) {
+    for (const BenchHost& h : hosts) {
+      const std::string path = "/run/netns/" + h.netns;
+      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) throw SystemError("--hosts: cannot open network namespace " + path, errno);
+      fds_.push_back(fd);
+    }
+  }
+  ~NamespaceFiles() {
+    for (int fd : fds_) ::close(fd);
+  }
+  NamespaceFiles(const NamespaceFiles&) = delete;
+  NamespaceFiles& operator=(const NamespaceFiles&) = delete;
+  int fd(size_t host) const { return fds_[host]; }
+
+ private:
+  std::vector<int> fds_;
 };
 
 bool succeeded(const Rank& r) {
@@ -339,7 +400,7 @@ int launch(const Args& a, const BenchOptions& o) {
     random_bytes(raw, sizeof(raw));
     token = to_hex(raw, sizeof(raw));
   }
-  store::StoreServer server({.bind_host = "127.0.0.1", .port = 0, .token = token});
+  store::StoreServer server({.bind_host = o.bind_host, .port = 0, .token = token});
   const std::string endpoint = server.endpoint().str();
   store::TcpStore client(server.endpoint(), token, o.timeout);
 
@@ -351,7 +412,12 @@ int launch(const Args& a, const BenchOptions& o) {
 
   SignalGuard signals;
   RankProcesses procs;
-  for (int r = 0; r < o.ranks; ++r) procs.spawn(r, worker_args(a, r, endpoint), env);
+  // The hosts' namespaces, opened before any fork (the children may only call setns).
+  NamespaceFiles netns(o.hosts);
+  for (int r = 0; r < o.ranks; ++r) {
+    const int fd = o.hosts.empty() ? -1 : netns.fd(bench_host_of(o, r));
+    procs.spawn(r, worker_args(a, r, endpoint), env, fd);
+  }
 
   Printer printer(o);
   size_t reported = 0;

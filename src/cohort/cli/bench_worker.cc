@@ -85,6 +85,7 @@ class Worker {
     if (o_.ring_window >= 0) config.ring_window = static_cast<size_t>(o_.ring_window);
     if (o_.spin_us >= 0) config.spin_wait = std::chrono::microseconds(o_.spin_us);
     config.transport = o_.transport;
+    if (!o_.hosts.empty()) config.bind_host = o_.hosts[bench_host_of(o_, rank_)].addr;
     comm_ = comm::Communicator::create(store_, config);
     for (size_t s = 0; s < o_.sizes.size(); ++s) run_size(s);
     wait(comm_->barrier());

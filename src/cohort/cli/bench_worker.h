@@ -27,6 +27,13 @@ struct FaultDrill {
   int after_iters = 0;
 };
 
+// A "host" of the emulated cluster (scripts/netcluster.sh) that bench ranks run on: the network
+// namespace a rank enters before it starts, and the address it listens on there.
+struct BenchHost {
+  std::string netns;
+  std::string addr;
+};
+
 struct BenchOptions {
   int ranks = 2;
   std::vector<uint64_t> sizes;
@@ -41,7 +48,18 @@ struct BenchOptions {
   comm::Transport transport = comm::Transport::Auto;
   bool json = false;
   FaultDrill fault;
+  // Where the launcher's store listens (the ranks dial it); with `hosts`, an address of the
+  // launcher's own namespace that the hosts' namespaces reach.
+  std::string bind_host = "127.0.0.1";
+  // Empty: every rank on this host, on loopback. Otherwise the ranks are spread over these hosts
+  // in contiguous blocks of nearly equal size (bench_host_of), host by host.
+  std::vector<BenchHost> hosts;
 };
+
+// Which of o.hosts rank r runs on.
+inline size_t bench_host_of(const BenchOptions& o, int r) {
+  return static_cast<size_t>(r) * o.hosts.size() / static_cast<size_t>(o.ranks);
+}
 
 // Store keys shared by the launcher and its ranks.
 inline std::string bench_result_key(size_t size_index) {

@@ -17,6 +17,12 @@
 namespace cohort::comm {
 
 // Everything an algorithm needs for one operation.
+//
+// An algorithm runs among ranks 0 .. size() - 1 of its context and names its peers by those
+// numbers. A context may stand for a group of the mesh's ranks (within()): then member i is mesh
+// rank members[i], and run() translates, so every algorithm runs unchanged over a group (the
+// hierarchical allreduce runs the ring within a host and any algorithm across hosts this way).
+// Errors still name mesh ranks.
 struct OpContext {
   Mesh& mesh;
   Counters& counters;
@@ -26,16 +32,21 @@ struct OpContext {
   std::vector<uint8_t>& scratch;  // reusable temporary memory, grown on demand
   size_t ring_window = 0;         // segments per step in each round of a ring (0: a whole block)
   Spin spin{};                    // how long a wait polls before it sleeps (exchange())
+  const std::vector<int>* members = nullptr;  // mesh ranks of the group; null: the whole mesh
+  int member_index = 0;                       // this rank's place in *members
 
-  int rank() const { return mesh.rank(); }
-  int size() const { return mesh.size(); }
+  int rank() const { return members ? member_index : mesh.rank(); }
+  int size() const { return members ? static_cast<int>(members->size()) : mesh.size(); }
+  // The mesh rank of member i.
+  int mesh_rank(int i) const { return members ? (*members)[static_cast<size_t>(i)] : i; }
+  // The same operation among `group` (mesh ranks, this rank among them), which must outlive the
+  // returned context; members are numbered in the order given.
+  OpContext within(const std::vector<int>& group) const;
   uint8_t* scratch_bytes(size_t n) {
     if (scratch.size() < n) scratch.resize(n);
     return scratch.data();
   }
-  void run(SendPlan* send, RecvPlan* recv) {
-    exchange(mesh, counters, id, send, recv, deadline, spin);
-  }
+  void run(SendPlan* send, RecvPlan* recv);
   // Elements per pipeline segment for this operation's dtype (at least one).
   size_t segment_elems() const {
     size_t n = chunk_bytes / dtype_size(id.dtype);
@@ -120,10 +131,18 @@ struct Blocks {
 
 // Auto uses recursive doubling up to this many bytes (see allreduce_auto.cc).
 inline constexpr size_t kRecursiveDoublingMaxBytes = size_t{32} << 10;
-// Which allreduce algorithm Auto picks for `bytes` on `size` ranks.
-Algorithm choose_allreduce(size_t bytes, int size);
+// Which allreduce algorithm Auto picks for `bytes` on `size` ranks spread over `hosts` hosts, the
+// most crowded of which holds `max_local` of them.
+Algorithm choose_allreduce(size_t bytes, int size, int hosts = 1, int max_local = 1);
 
 void allreduce_ring(OpContext& ctx, Buffer buf, ReduceOp op);
+// Steps [first, first + count) of the ring allreduce's 2(n - 1): its reduce-scatter is steps
+// 0 .. n - 2 (after it rank r holds the reduction of block (r + 1) mod n of Blocks{count, n}), its
+// allgather steps n - 1 .. 2n - 3. Avg divides only when the reduce-scatter's last step is run.
+void ring_steps(OpContext& ctx, Buffer buf, ReduceOp op, int first, int count);
+void allreduce_hierarchical(OpContext& ctx, Buffer buf, ReduceOp op);
+// Runs the flat allreduce `algo` (not Auto, not Hierarchical).
+void allreduce_flat(OpContext& ctx, Buffer buf, ReduceOp op, Algorithm algo);
 void allreduce_halving_doubling(OpContext& ctx, Buffer buf, ReduceOp op);
 void allreduce_recursive_doubling(OpContext& ctx, Buffer buf, ReduceOp op);
 void reduce_scatter_ring(OpContext& ctx, Buffer in, Buffer out, ReduceOp op);

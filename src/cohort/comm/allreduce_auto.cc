@@ -21,15 +21,31 @@
 // Measured the same way, median µs, auto before recursive doubling / recursive doubling:
 //   2 ranks:  4 KiB 87 / 56    16 KiB 87 / 65    64 KiB 111 / 108   256 KiB 263 / 269
 //   4 ranks:  4 KiB 295 / 220  16 KiB 320 / 262  64 KiB 413 / 465   256 KiB 980 / 1260
+//
+// Across hosts, once the bytes count (above recursive doubling's range), the hierarchical
+// allreduce: each host link then carries 2(H-1)/H of the buffer each way instead of the flat
+// ring's 2(n-1)/n, and the steps between ranks of one host run over shared memory
+// (allreduce_hierarchical.cc). It needs several ranks on some host to differ from the flat ring.
 #include "cohort/comm/algorithms.h"
 
 namespace cohort::comm {
 
-Algorithm choose_allreduce(size_t bytes, int size) {
+Algorithm choose_allreduce(size_t bytes, int size, int hosts, int max_local) {
   if (size > 1 && bytes <= kRecursiveDoublingMaxBytes) return Algorithm::RecursiveDoubling;
+  if (hosts > 1 && max_local > 1) return Algorithm::Hierarchical;
   if (size <= 2) return Algorithm::Ring;
   const size_t n = static_cast<size_t>(size);
   return bytes <= n * (n - 1) * (size_t{16} << 10) ? Algorithm::HalvingDoubling : Algorithm::Ring;
+}
+
+void allreduce_flat(OpContext& ctx, Buffer buf, ReduceOp op, Algorithm algo) {
+  if (algo == Algorithm::HalvingDoubling) {
+    allreduce_halving_doubling(ctx, buf, op);
+  } else if (algo == Algorithm::RecursiveDoubling) {
+    allreduce_recursive_doubling(ctx, buf, op);
+  } else {
+    allreduce_ring(ctx, buf, op);
+  }
 }
 
 }  // namespace cohort::comm

@@ -30,13 +30,17 @@
 namespace cohort::comm {
 
 void allreduce_ring(OpContext& ctx, Buffer buf, ReduceOp op) {
+  const int n = ctx.size();
+  ring_steps(ctx, buf, op, 0, 2 * (n - 1));
+}
+
+void ring_steps(OpContext& ctx, Buffer buf, ReduceOp op, int first, int count) {
   const int n = ctx.size(), r = ctx.rank();
-  if (n == 1 || buf.count == 0) return;
+  if (n == 1 || buf.count == 0 || count <= 0) return;
   const size_t es = dtype_size(buf.dtype);
   const size_t seg = ctx.segment_elems();
   const Blocks blocks{buf.count, static_cast<size_t>(n)};
   const size_t K = ceil_div(blocks.length(0), seg);  // block 0 is the longest
-  const int steps = 2 * (n - 1);
   uint8_t* scratch = ctx.scratch_bytes(seg * es);
 
   auto send_block = [&](int s) {
@@ -53,15 +57,21 @@ void allreduce_ring(OpContext& ctx, Buffer buf, ReduceOp op) {
     *off = start + lo;
     return hi - lo;
   };
+  // Ring step and segment of item i of this run's order.
+  const RingOrder order(static_cast<size_t>(count), K, ctx.ring_window);
+  auto item = [&](size_t i, size_t* k) {
+    size_t t;
+    order.at(i, &t, k);
+    return first + static_cast<int>(t);
+  };
 
-  const RingOrder order(static_cast<size_t>(steps), K, ctx.ring_window);
   SendPlan send{.peer = wrap(r + 1, n),
                 .count = order.count(),
                 .segment =
                     [&](size_t i) {
-                      size_t s, k, off;
-                      order.at(i, &s, &k);
-                      size_t len = range(send_block(static_cast<int>(s)), k, &off);
+                      size_t k, off;
+                      const int s = item(i, &k);
+                      size_t len = range(send_block(s), k, &off);
                       return Segment{buf.byte_ptr() + off * es, len * es};
                     },
                 .needs = [&](size_t i) { return order.needs(i); }};
@@ -69,24 +79,20 @@ void allreduce_ring(OpContext& ctx, Buffer buf, ReduceOp op) {
                 .count = order.count(),
                 .segment =
                     [&](size_t i) {
-                      size_t s, k, off;
-                      order.at(i, &s, &k);
-                      size_t len = range(recv_block(static_cast<int>(s)), k, &off);
-                      return Segment{
-                          s < static_cast<size_t>(n - 1) ? scratch : buf.byte_ptr() + off * es,
-                          len * es};
+                      size_t k, off;
+                      const int s = item(i, &k);
+                      size_t len = range(recv_block(s), k, &off);
+                      return Segment{s < n - 1 ? scratch : buf.byte_ptr() + off * es, len * es};
                     },
                 .on_segment =
                     [&](size_t i) {
-                      size_t s, k, off;
-                      order.at(i, &s, &k);
-                      if (s >= static_cast<size_t>(n - 1)) return;  // allgather: already in place
-                      size_t len = range(recv_block(static_cast<int>(s)), k, &off);
+                      size_t k, off;
+                      const int s = item(i, &k);
+                      if (s >= n - 1) return;  // allgather: already in place
+                      size_t len = range(recv_block(s), k, &off);
                       uint8_t* dst = buf.byte_ptr() + off * es;
                       reduce(buf.dtype, op, dst, dst, scratch, len);
-                      if (op == ReduceOp::Avg && s == static_cast<size_t>(n - 2)) {
-                        divide(buf.dtype, dst, len, n);
-                      }
+                      if (op == ReduceOp::Avg && s == n - 2) divide(buf.dtype, dst, len, n);
                     },
                 .lag = kNoLag};
   ctx.run(&send, &recv);

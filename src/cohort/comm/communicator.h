@@ -13,6 +13,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cohort/base/dtype.h"
 #include "cohort/comm/encoding.h"
@@ -107,6 +108,14 @@ struct CommConfig {
   Transport transport = Transport::Auto;
   size_t shm_ring_bytes = 1 << 20;
   size_t shm_host_bytes = 256 << 20;
+  // Which host this rank says it is on (at most 128 characters, no spaces). Empty, the default:
+  // the identity it detects (transport/host_identity.h). Ranks that state the same one form a host
+  // for the hierarchical allreduce and are offered shared memory (which still needs a /dev/shm they
+  // truly share: where a segment cannot be opened the pair stays on TCP under Transport::Auto).
+  // Like NCCL_HOSTID: to split one machine into hosts of its own choosing (one per NUMA socket, so
+  // that the hierarchical allreduce keeps each socket's traffic local), or to group ranks that run
+  // in containers of separate network namespaces on one machine.
+  std::string host_id;
 };
 
 // Totals since the communicator was created (all ranks' own view).
@@ -153,6 +162,21 @@ class Communicator {
   virtual std::shared_ptr<Work> barrier(const CollectiveOptions& opts = {}) = 0;
   virtual std::shared_ptr<Work> send(Buffer buf, int dst, const PointToPointOptions& opts = {}) = 0;
   virtual std::shared_ptr<Work> recv(Buffer buf, int src, const PointToPointOptions& opts = {}) = 0;
+
+  // Subgroups. split() is a collective of this communicator: every rank calls it, in the same
+  // order among its other collectives. Ranks that pass the same color >= 0 form a new
+  // communicator, numbered there by (key, rank here); a rank passing a negative color joins none
+  // and gets null. A subgroup has connections, sequence numbers and a flight recorder of its own,
+  // so its collectives may be issued on another thread, in any order relative to this
+  // communicator's; either may be destroyed first (the store must outlive both). A subgroup
+  // inherits this communicator's configuration, rendezvousing under
+  // "<store_prefix>/group/<sequence number of the split>/<color>".
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // The subgroup of `ranks` (ranks of this communicator, numbered in the new one in the order
+  // given), as torch.distributed.new_group: a collective, every rank passes the same list and the
+  // ranks not in it get null. ConfigError on a rank out of range, a repeated rank, or ranks that
+  // passed different lists (naming one of them).
+  virtual std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks) = 0;
 
   // Fails every pending operation with AbortedError(reason) and closes all connections.
   virtual void abort(const std::string& reason) = 0;

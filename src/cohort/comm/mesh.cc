@@ -5,24 +5,26 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 
 #include "cohort/base/error.h"
 #include "cohort/comm/mesh_pairs.h"
-#include "cohort/comm/transport/host_identity.h"
 #include "cohort/net/frame_stream.h"
 #include "cohort/net/handshake.h"
 
 namespace cohort::comm {
 namespace {
 
-std::string info_of(int rank, int size, bool shm) {
-  return "rank=" + std::to_string(rank) + " size=" + std::to_string(size) +
-         " host=" + transport::host_identity() + " shm=" + (shm ? "1" : "0");
+std::string info_of(int rank, int size, const std::string& host, bool shm) {
+  return "rank=" + std::to_string(rank) + " size=" + std::to_string(size) + " host=" + host +
+         " shm=" + (shm ? "1" : "0");
 }
 
 struct PeerInfo {
@@ -98,7 +100,7 @@ class Setup {
       : store_(store),
         o_(o),
         deadline_(Deadline::after(o.timeout)),
-        me_(info_of(o.rank, o.size, o.transport != Transport::Tcp)),
+        me_(info_of(o.rank, o.size, this_host(o), o.transport != Transport::Tcp)),
         links_(static_cast<size_t>(o.size)),
         connected_(static_cast<size_t>(o.size), false) {
     connected_[static_cast<size_t>(o.rank)] = true;
@@ -324,17 +326,29 @@ Mesh Mesh::connect(store::Store& store, const CommConfig& o) {
   m.pairs_.resize(static_cast<size_t>(o.size));
   m.stash_.resize(static_cast<size_t>(o.size));
   m.stash_limit_ = o.p2p_stash_bytes;
+  if (o.host_id.size() > 128 ||
+      std::any_of(o.host_id.begin(), o.host_id.end(),
+                  [](unsigned char c) { return std::isspace(c) || !std::isprint(c); })) {
+    throw ConfigError("communicator: host_id '" + o.host_id +
+                      "' must be at most 128 printable characters without spaces");
+  }
+  m.host_of_.assign(static_cast<size_t>(o.size), 0);
+  m.hosts_ = 1;
   if (o.size == 1) return m;
 
   // A connection per peer, the listener, and a slot for every pending stranger.
   ensure_descriptors(o.rank, static_cast<size_t>(3 * o.size) + 64);
   Setup setup(store, o);
   std::vector<PeerLink> links = setup.run();
+  const std::string& here = this_host(o);
+  std::unordered_map<std::string, int> hosts;  // identity -> number, in order of lowest rank
   for (int r = 0; r < o.size; ++r) {
-    if (r != o.rank && links[static_cast<size_t>(r)].host == transport::host_identity()) {
-      ++m.ranks_on_this_host_;
-    }
+    const std::string& host = r == o.rank ? here : links[static_cast<size_t>(r)].host;
+    m.host_of_[static_cast<size_t>(r)] =
+        hosts.try_emplace(host, static_cast<int>(hosts.size())).first->second;
+    if (r != o.rank && host == here) ++m.ranks_on_this_host_;
   }
+  m.hosts_ = static_cast<int>(hosts.size());
   m.pairs_ = make_pairs(o, links, setup.deadline());
   return m;
 }

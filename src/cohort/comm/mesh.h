@@ -53,6 +53,10 @@ class Mesh {
   int size() const { return size_; }
   // Ranks of this mesh on this host, this one included (peers whose connection is local).
   int ranks_on_this_host() const { return ranks_on_this_host_; }
+  // The host of rank r: ranks that stated the same host identity in the handshake share one, and
+  // hosts are numbered 0, 1, ... in the order of their lowest rank.
+  int host_of(int r) const { return host_of_[static_cast<size_t>(r)]; }
+  int hosts() const { return hosts_; }
   // The pair to peer r (r != rank()).
   transport::Pair& pair(int r) { return *pairs_[static_cast<size_t>(r)]; }
   // How many peers each transport carries.
@@ -74,6 +78,8 @@ class Mesh {
   int rank_ = 0;
   int size_ = 1;
   int ranks_on_this_host_ = 1;
+  std::vector<int> host_of_{0};
+  int hosts_ = 1;
   std::vector<std::unique_ptr<transport::Pair>> pairs_;
   std::vector<std::deque<StashedMessage>> stash_;
   size_t stash_limit_ = 64 << 20;

@@ -93,11 +93,15 @@ size_t shm_ring_bytes_for(const CommConfig& o, int local_ranks) {
   return ring;
 }
 
+const std::string& this_host(const CommConfig& o) {
+  return o.host_id.empty() ? transport::host_identity() : o.host_id;
+}
+
 std::vector<std::unique_ptr<transport::Pair>> make_pairs(const CommConfig& o,
                                                          std::vector<PeerLink>& links,
                                                          Deadline deadline) {
   const bool want_shm = o.transport != Transport::Tcp;
-  const std::string& here = transport::host_identity();
+  const std::string& here = this_host(o);
   std::vector<Local> local;
   int local_ranks = 1;
   for (int r = 0; r < o.size; ++r) {

@@ -20,6 +20,9 @@ struct PeerLink {
   bool shm = false;  // the peer would use shared memory
 };
 
+// The host identity this rank states: CommConfig::host_id, or the one it detects.
+const std::string& this_host(const CommConfig& o);
+
 // One pair per peer (null for this rank). Peers on this host that would use shared memory, like
 // this rank, agree on a segment over their connection first:
 //   the higher rank of the pair (the one that dialled) creates it and sends

@@ -15,7 +15,7 @@ void send_message(OpContext& ctx, Buffer buf, int dst) {
 }
 
 void recv_message(OpContext& ctx, Buffer buf, int src) {
-  auto& stash = ctx.mesh.stash(src);
+  auto& stash = ctx.mesh.stash(ctx.mesh_rank(src));
   for (auto it = stash.begin(); it != stash.end(); ++it) {
     if (it->tag != ctx.id.tag) continue;
     const std::string what = "rank " + std::to_string(src) + " sent a message with tag " +

@@ -50,6 +50,12 @@ bool decode_record(const std::string& s, int* culprit, std::string* what) {
   return true;
 }
 
+int most_ranks_on_a_host(const Mesh& mesh) {
+  std::vector<int> per_host(static_cast<size_t>(mesh.hosts()), 0);
+  for (int r = 0; r < mesh.size(); ++r) ++per_host[static_cast<size_t>(mesh.host_of(r))];
+  return *std::max_element(per_host.begin(), per_host.end());
+}
+
 void check_buffer(const char* op, const Buffer& b) {
   if (b.count > 0 && b.data == nullptr) {
     throw ConfigError(std::string(op) + ": buffer of " + std::to_string(b.count) +
@@ -101,7 +107,8 @@ TcpCommunicator::TcpCommunicator(store::Store& store, const CommConfig& config, 
       hand_off_delay_(config.hand_off_delay),
       hand_off_delay_max_(std::max(config.hand_off_delay, config.hand_off_delay_max)),
       spin_(mesh_.size() > 1 && mesh_.ranks_on_this_host() <= usable_cpus() ? config.spin_wait
-                                                                            : Clock::duration{}) {
+                                                                            : Clock::duration{}),
+      max_ranks_per_host_(most_ranks_on_a_host(mesh_)) {
   recorder_->restart();
   thread_ = std::thread([this] { loop(); });
 }
@@ -206,7 +213,9 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype, size_t 
 std::shared_ptr<Work> TcpCommunicator::allreduce(Buffer buf, const AllreduceOptions& opts) {
   check_buffer("allreduce", buf);
   Algorithm algo = opts.algorithm;
-  if (algo == Algorithm::Auto) algo = choose_allreduce(buf.bytes(), size());
+  if (algo == Algorithm::Auto) {
+    algo = choose_allreduce(buf.bytes(), size(), mesh_.hosts(), max_ranks_per_host_);
+  }
   const ReduceOp op = opts.op;
   Op shape;
   shape.count = buf.count;
@@ -215,12 +224,10 @@ std::shared_ptr<Work> TcpCommunicator::allreduce(Buffer buf, const AllreduceOpti
   return enqueue(
       OpKind::Allreduce, buf.dtype, buf.bytes(), opts.timeout,
       [buf, algo, op](OpContext& ctx) {
-        if (algo == Algorithm::HalvingDoubling) {
-          allreduce_halving_doubling(ctx, buf, op);
-        } else if (algo == Algorithm::RecursiveDoubling) {
-          allreduce_recursive_doubling(ctx, buf, op);
+        if (algo == Algorithm::Hierarchical) {
+          allreduce_hierarchical(ctx, buf, op);
         } else {
-          allreduce_ring(ctx, buf, op);
+          allreduce_flat(ctx, buf, op, algo);
         }
       },
       0, -1, "", &shape);

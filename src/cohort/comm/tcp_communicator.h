@@ -42,6 +42,8 @@ class TcpCommunicator final : public Communicator {
   std::shared_ptr<Work> barrier(const CollectiveOptions& opts) override;
   std::shared_ptr<Work> send(Buffer buf, int dst, const PointToPointOptions& opts) override;
   std::shared_ptr<Work> recv(Buffer buf, int src, const PointToPointOptions& opts) override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
+  std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks) override;
   void abort(const std::string& reason) override;
   CommStats stats() const override;
   FlightRecorder& flight_recorder() override { return *recorder_; }
@@ -70,6 +72,10 @@ class TcpCommunicator final : public Communicator {
                                 std::function<void(OpContext&)> body, uint32_t tag = 0,
                                 int peer = -1, const std::string& p2p_name = "",
                                 const Op* shape = nullptr);
+  // split() and subgroup(): `agreement` is what every rank must have passed alike (a digest of
+  // subgroup()'s list; 0 for split()).
+  std::unique_ptr<Communicator> form_group(const char* what, int color, int key,
+                                           uint64_t agreement);
   // check_collectives: exchanges op's fingerprint with every peer; CollectiveMismatchError.
   void check_fingerprint(OpContext& ctx, const Op& op);
   class Runner;
@@ -112,6 +118,7 @@ class TcpCommunicator final : public Communicator {
   // spin_wait, or 0 where this host has fewer CPUs than ranks: every wait of a small operation
   // spins this long, and every wait of a large one on a shared-memory pair.
   const std::chrono::nanoseconds spin_;
+  const int max_ranks_per_host_;  // what Auto weighs for the hierarchical allreduce
   std::thread thread_;
 };
 

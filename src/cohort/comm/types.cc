@@ -26,6 +26,8 @@ std::string_view algorithm_name(Algorithm a) {
       return "halving_doubling";
     case Algorithm::RecursiveDoubling:
       return "recursive_doubling";
+    case Algorithm::Hierarchical:
+      return "hierarchical";
   }
   return "?";
 }
@@ -35,8 +37,10 @@ Algorithm parse_algorithm(std::string_view s) {
   if (s == "ring") return Algorithm::Ring;
   if (s == "halving_doubling" || s == "hd") return Algorithm::HalvingDoubling;
   if (s == "recursive_doubling" || s == "rd") return Algorithm::RecursiveDoubling;
-  throw ConfigError("unknown algorithm '" + std::string(s) +
-                    "' (expected auto, ring, halving_doubling or recursive_doubling)");
+  if (s == "hierarchical") return Algorithm::Hierarchical;
+  throw ConfigError(
+      "unknown algorithm '" + std::string(s) +
+      "' (expected auto, ring, halving_doubling, recursive_doubling or hierarchical)");
 }
 
 std::string_view transport_name(Transport t) {

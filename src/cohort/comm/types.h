@@ -13,11 +13,18 @@
 namespace cohort::comm {
 
 enum class ReduceOp : uint8_t { Sum = 0, Avg = 1, Max = 2, Min = 3 };
-enum class Algorithm : uint8_t { Auto = 0, Ring = 1, HalvingDoubling = 2, RecursiveDoubling = 3 };
+enum class Algorithm : uint8_t {
+  Auto = 0,
+  Ring = 1,
+  HalvingDoubling = 2,
+  RecursiveDoubling = 3,
+  Hierarchical = 4,  // within each host, then across hosts (allreduce_hierarchical.cc)
+};
 
 std::string_view reduce_op_name(ReduceOp op);
 std::string_view algorithm_name(Algorithm a);
-// "auto" | "ring" | "halving_doubling" | "recursive_doubling"; ConfigError otherwise.
+// "auto" | "ring" | "halving_doubling" | "recursive_doubling" | "hierarchical"; ConfigError
+// otherwise.
 Algorithm parse_algorithm(std::string_view s);
 
 // Which transport carries a pair of ranks on one host (pairs on different hosts are always TCP).

@@ -75,7 +75,8 @@ constexpr auto kOptimizers = {OptimizerKind::Sgd, OptimizerKind::Adam};
 constexpr auto kScalings = {LrScaling::None, LrScaling::Linear};
 constexpr auto kFaultKinds = {FaultKind::Kill, FaultKind::Hang, FaultKind::Slow,
                               FaultKind::Disconnect};
-const std::vector<std::string> kAlgorithms = {"auto", "ring", "halving_doubling"};
+const std::vector<std::string> kAlgorithms = {"auto", "ring", "halving_doubling",
+                                              "recursive_doubling", "hierarchical"};
 const std::vector<std::string> kTransports = {"auto", "tcp", "shm"};
 const std::vector<std::string> kBufferSyncs = {"broadcast", "average", "none"};
 const std::vector<std::string> kCompressions = {"none", "fp16", "bf16", "int8", "topk", "powersgd"};

@@ -77,7 +77,8 @@ struct TrainConfig {
 };
 
 struct CommConfig {
-  std::string algorithm = "auto";  // auto | ring | halving_doubling (comm::parse_algorithm)
+  // auto | ring | halving_doubling | recursive_doubling | hierarchical (comm::parse_algorithm)
+  std::string algorithm = "auto";
   // What carries the pairs of workers on one host: auto | tcp | shm (comm::parse_transport).
   std::string transport = "auto";
   double bucket_mb = 25.0;
