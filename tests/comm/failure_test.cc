@@ -220,6 +220,59 @@ TEST(Failure, SetupTimeoutNamesTheMissingRank) {
   }
 }
 
+TEST(Failure, SetupTimeoutNamesTheMissingRankWhenPairsConnectOnFirstUse) {
+  store::MemoryStore store;
+  std::vector<std::exception_ptr> errors(3);
+  testing::on_threads(3, [&](int r) {
+    CommConfig c = testing::test_config(r, 4);
+    c.timeout = 500ms;
+    c.connect_all_up_to = 1;
+    errors[r] = caught([&] { Communicator::create(store, c); });
+  });
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(errors[r]);
+    EXPECT_THROW(std::rethrow_exception(errors[r]), TimeoutError);
+    EXPECT_NE(message_of(errors[r]).find("ranks never joined: 3"), std::string::npos)
+        << message_of(errors[r]);
+  }
+}
+
+TEST(Failure, ARankKilledMidCollectiveIsNamedWhenPairsConnectOnFirstUse) {
+  // Rank 2 leaves the collective without a word (its connections cut, as a killed process's
+  // would be): ranks that talk to it lose it, the others hear of it from them.
+  const int n = 5;
+  testing::World world(n, [](CommConfig& c) {
+    c.connect_all_up_to = 1;
+    c.timeout = 5s;
+  });
+  std::vector<std::exception_ptr> errors(n);
+  world.run([&](int r, Communicator& comm) {
+    std::vector<float> v(1 << 16, 1.0f);
+    comm.allreduce(Buffer{DType::F32, v.data(), v.size()})->wait();  // every pair it needs is up
+    if (r == 2) {
+      comm.cut_connections();
+      return;
+    }
+    errors[r] = caught([&] {
+      for (int i = 0; i < 100; ++i) comm.allreduce(Buffer{DType::F32, v.data(), v.size()})->wait();
+    });
+  });
+  for (int r = 0; r < n; ++r) {
+    if (r == 2) continue;
+    ASSERT_TRUE(errors[r]) << "rank " << r << " went on without rank 2";
+    int culprit = -1;
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const PeerLostError& e) {
+      culprit = e.rank();
+    } catch (const CollectiveTimeoutError& e) {
+      culprit = e.missing_ranks().empty() ? -1 : e.missing_ranks().front();
+    } catch (...) {
+    }
+    EXPECT_EQ(culprit, 2) << "rank " << r << ": " << message_of(errors[r]);
+  }
+}
+
 TEST(Failure, HostileConnectionsDuringSetupAreDroppedAndSetupCompletes) {
   const int n = 3;
   store::MemoryStore store;

@@ -31,17 +31,32 @@ inline CommConfig test_config(int rank, int size) {
 // are on two hosts (CommConfig::host_id), even ranks on one and odd ranks on the other, so that
 // pairs within a host are shared memory, pairs across TCP, and Auto picks the hierarchical
 // allreduce; odd worlds have hosts of different sizes, and neither host's ranks are contiguous.
-enum class Wires { Tcp, Shm, Mixed, Hosts };
+// Lazy: the same two hosts, every pair connected on first use (CommConfig::connect_all_up_to), as
+// in a world too large for a full mesh.
+enum class Wires { Tcp, Shm, Mixed, Hosts, Lazy };
 
 inline std::string wires_name(Wires w) {
-  return w == Wires::Tcp ? "tcp" : w == Wires::Shm ? "shm" : w == Wires::Mixed ? "mixed" : "hosts";
+  switch (w) {
+    case Wires::Tcp:
+      return "tcp";
+    case Wires::Shm:
+      return "shm";
+    case Wires::Mixed:
+      return "mixed";
+    case Wires::Hosts:
+      return "hosts";
+    case Wires::Lazy:
+      return "lazy";
+  }
+  return "?";
 }
 
 inline void use_wires(CommConfig& c, Wires w) {
   if (w == Wires::Tcp) c.transport = Transport::Tcp;
   if (w == Wires::Shm) c.transport = Transport::Shm;
   if (w == Wires::Mixed) c.transport = c.rank % 2 ? Transport::Tcp : Transport::Auto;
-  if (w == Wires::Hosts) c.host_id = c.rank % 2 ? "odd" : "even";
+  if (w == Wires::Hosts || w == Wires::Lazy) c.host_id = c.rank % 2 ? "odd" : "even";
+  if (w == Wires::Lazy) c.connect_all_up_to = 1;
 }
 
 // Runs fn(rank) on `n` threads at once and rethrows the first exception any of them raised.

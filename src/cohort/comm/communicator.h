@@ -63,7 +63,8 @@ struct CommConfig {
   // Before each collective, every rank sends every other rank the collective's fingerprint
   // (operation, element type, count, reduction or root, sequence number) and compares: ranks that
   // issue different collectives fail with CollectiveMismatchError naming both sides, before any
-  // data moves. Costs one small message to every peer per collective; for debugging.
+  // data moves. Costs one small message to every peer per collective (and, in a world that
+  // connects pairs on first use, a connection to every peer); for debugging.
   bool check_collectives = false;
   // Operations of at most `hand_off_bytes` wait up to a hand-off delay for the thread that waits
   // on them to run them (Work::wait) before the communication thread takes them. A small
@@ -116,6 +117,10 @@ struct CommConfig {
   // that the hierarchical allreduce keeps each socket's traffic local), or to group ranks that run
   // in containers of separate network namespaces on one machine.
   std::string host_id;
+  // Worlds of at most this many ranks connect every pair at setup (a full mesh). Larger ones
+  // connect a pair when an operation first needs it (mesh.h), so that a rank holds connections
+  // only to the peers its algorithms talk to: a few dozen in a world of 1,024 rather than 1,023.
+  int connect_all_up_to = 64;
 };
 
 // Totals since the communicator was created (all ranks' own view).

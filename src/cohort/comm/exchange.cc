@@ -59,15 +59,16 @@ struct RecvState {
 
 class Engine {
  public:
-  Engine(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, RecvPlan* recv, Spin spin)
+  Engine(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, RecvPlan* recv, Spin spin,
+         Deadline deadline)
       : mesh_(mesh), counters_(counters), id_(id) {
     if (send && send->count > 0) {
       s_.plan = send;
-      s_.pair = &mesh.pair(send->peer);
+      s_.pair = &mesh.pair(send->peer, deadline);
     }
     if (recv && recv->count > 0) {
       r_.plan = recv;
-      r_.pair = &mesh.pair(recv->peer);
+      r_.pair = &mesh.pair(recv->peer, deadline);
     }
     auto spin_of = [&](const transport::Pair* p) {
       if (!p) return std::chrono::nanoseconds{0};
@@ -372,7 +373,7 @@ void exchange(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, Re
       if (peer >= 0) timing->peers |= uint64_t{1} << std::min(peer, 63);
     }
   }
-  Engine(mesh, counters, id, send, recv, spin).run(deadline);
+  Engine(mesh, counters, id, send, recv, spin, deadline).run(deadline);
 }
 
 }  // namespace cohort::comm

@@ -1,20 +1,24 @@
-// Mesh: one transport pair to every other rank, set up through the store over authenticated TCP.
+// Mesh: a transport pair to each peer a rank talks to, set up through the store over
+// authenticated TCP.
 //
-// Rendezvous: every rank listens on bind_host:0 and publishes "host:port" under
-// "<prefix>/addr/<rank>". Rank i dials every rank j < i and accepts every rank j > i, so each pair
-// has exactly one connection. Both ends prove the job token (net::handshake_*) and state their
-// rank and world size, which the other end checks: a wrong size, an unexpected rank or a second
-// connection from the same rank is rejected.
-//
-// Each side also states its host identity (transport/host_identity.h) and whether it would use
-// shared memory. A pair of ranks on one host that both would then agrees on a shared-memory
-// segment over its new connection (mesh_shm.cc) and becomes a ShmPair, the connection staying as
+// Two ways to connect, by world size (CommConfig::connect_all_up_to):
+//   Full mesh, for small worlds: every rank listens on bind_host:0 and publishes "host:port" under
+//     "<prefix>/addr/<rank>"; rank i dials every rank j < i and accepts every rank j > i, so each
+//     pair has exactly one connection, all made before connect() returns.
+//   On first use, for large worlds, where n^2 connections would not fit: a rank connects to a peer
+//     when an operation first needs it (a ring touches 2 peers, halving-doubling 2 log2(n)), so a
+//     rank of a world of 1,024 holds a few dozen connections, not 1,023. connect() returns once
+//     every rank has joined the rendezvous; a thread of the mesh accepts peers' connections from
+//     then on, whatever the rank's own thread is doing.
+// Both ends prove the job token (net::handshake_*) and state their rank, world size, host identity
+// (transport/host_identity.h or CommConfig::host_id) and whether they would use shared memory; the
+// other end checks them. A pair of ranks on one host that both would agrees on a shared-memory
+// segment over its new connection (mesh_pairs.cc) and becomes a ShmPair, the connection staying as
 // its doorbell; every other pair is a TcpPair over the connection.
 //
-// While accepting, anything that is not a well-behaved peer (garbage, a wrong token, a connection
-// that says nothing) costs one log line and is closed; accepting goes on. Pending connections are
-// bounded in number and each has a short handshake deadline, so no client can make setup crash,
-// hang past its deadline, or hold unbounded memory.
+// While accepting, anything that is not a well-behaved peer costs one log line and is closed
+// (mesh_doorman.h): no client can make a rank crash, hang past its deadline, or hold unbounded
+// memory.
 #pragma once
 
 #include <atomic>
@@ -22,9 +26,11 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "cohort/base/clock.h"
 #include "cohort/comm/communicator.h"
 #include "cohort/comm/transport/pair.h"
 #include "cohort/comm/types.h"
@@ -42,25 +48,35 @@ struct StashedMessage {
 
 class Mesh {
  public:
-  // Blocks until connected to every peer; TimeoutError names the ranks that never connected.
-  // Uses the rendezvous, handshake, socket and transport settings of `config`.
-  static Mesh connect(store::Store& store, const CommConfig& config);
+  // Full mesh: blocks until connected to every peer; TimeoutError names the ranks that never
+  // connected. On first use: blocks until every rank has joined; TimeoutError names the ranks that
+  // never did. Uses the rendezvous, handshake, socket and transport settings of `config`.
+  static std::unique_ptr<Mesh> connect(store::Store& store, const CommConfig& config);
   // A single rank: no sockets at all.
-  Mesh() = default;
-  Mesh(Mesh&&) = default;
+  Mesh();
+  ~Mesh();
+  Mesh(const Mesh&) = delete;
+  Mesh& operator=(const Mesh&) = delete;
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  // Ranks of this mesh on this host, this one included (peers whose connection is local).
+  // Ranks of this mesh on this host, this one included.
   int ranks_on_this_host() const { return ranks_on_this_host_; }
-  // The host of rank r: ranks that stated the same host identity in the handshake share one, and
-  // hosts are numbered 0, 1, ... in the order of their lowest rank.
+  // The host of rank r: ranks that stated the same host identity share one, and hosts are
+  // numbered 0, 1, ... in the order of their lowest rank.
   int host_of(int r) const { return host_of_[static_cast<size_t>(r)]; }
   int hosts() const { return hosts_; }
-  // The pair to peer r (r != rank()).
-  transport::Pair& pair(int r) { return *pairs_[static_cast<size_t>(r)]; }
-  // How many peers each transport carries.
+  // The pair to peer r (r != rank()), connected first if it is not yet: StallError(r) when that
+  // does not happen by `deadline`, PeerLostError(r) when the peer refuses, AbortedError after
+  // shutdown_all(). Only the thread running the operation in flight calls it.
+  transport::Pair& pair(int r, Deadline deadline) {
+    transport::Pair* p = ready_[static_cast<size_t>(r)].load(std::memory_order_acquire);
+    return p ? *p : connect_to(r, deadline);
+  }
+  // How many peers each transport carries now.
   int pairs_of(transport::Kind k) const;
+  // Whether every pair was connected at setup (a full mesh).
+  bool full() const { return lazy_ == nullptr; }
   std::deque<StashedMessage>& stash(int r) { return stash_[static_cast<size_t>(r)]; }
   size_t stash_limit() const { return stash_limit_; }
   // Bytes of the messages in stash(r).
@@ -71,18 +87,32 @@ class Mesh {
   }
 
   // Shuts every connection down (both directions) without closing the descriptors, so a thread
-  // blocked in poll on one of them wakes up. Safe to call from any thread, more than once.
+  // blocked in poll on one of them wakes up, and refuses every connection after it. Safe to call
+  // from any thread, more than once.
   void shutdown_all();
 
  private:
+  class Lazy;  // connecting on first use (mesh_lazy.cc)
+  friend class Lazy;
+
+  transport::Pair& connect_to(int r, Deadline deadline);
+  // Makes p the pair to r (under mu_), visible to pair() at once; shut down if the mesh is.
+  void publish(int r, std::unique_ptr<transport::Pair> p);
+  // host_of_, hosts_ and ranks_on_this_host_ from every rank's host identity.
+  void set_hosts(const std::vector<std::string>& hosts);
+
   int rank_ = 0;
   int size_ = 1;
   int ranks_on_this_host_ = 1;
   std::vector<int> host_of_{0};
   int hosts_ = 1;
+  mutable std::mutex mu_;  // pairs_, closed_ (ready_ is written under it)
   std::vector<std::unique_ptr<transport::Pair>> pairs_;
+  std::unique_ptr<std::atomic<transport::Pair*>[]> ready_;
+  bool closed_ = false;
   std::vector<std::deque<StashedMessage>> stash_;
   size_t stash_limit_ = 64 << 20;
+  std::unique_ptr<Lazy> lazy_;  // last: its thread stops before the pairs go
 };
 
 }  // namespace cohort::comm

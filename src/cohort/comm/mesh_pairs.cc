@@ -3,13 +3,17 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "cohort/base/error.h"
+#include "cohort/comm/exchange.h"
 #include "cohort/comm/transport/host_identity.h"
 #include "cohort/comm/transport/shm_pair.h"
 #include "cohort/comm/transport/tcp_pair.h"
+#include "cohort/net/handshake.h"
 
 namespace cohort::comm {
 namespace {
@@ -19,13 +23,15 @@ using transport::ShmSegment;
 constexpr size_t kMaxMessage = 512;
 constexpr size_t kMinRing = 64 << 10;
 
-void send_message(net::Socket& s, const std::string& text, Deadline deadline) {
+}  // namespace
+
+void send_setup_message(net::Socket& s, const std::string& text, Deadline deadline) {
   const auto n = static_cast<uint32_t>(text.size());
   s.send_all(&n, sizeof(n), deadline);
   s.send_all(text.data(), text.size(), deadline);
 }
 
-std::string recv_message(net::Socket& s, int peer, Deadline deadline) {
+std::string recv_setup_message(net::Socket& s, int peer, Deadline deadline) {
   uint32_t n = 0;
   s.recv_all(&n, sizeof(n), deadline);
   if (n > kMaxMessage) {
@@ -37,6 +43,8 @@ std::string recv_message(net::Socket& s, int peer, Deadline deadline) {
   s.recv_all(text.data(), n, deadline);
   return text;
 }
+
+namespace {
 
 bool starts_with(const std::string& s, const char* prefix) {
   return s.rfind(prefix, 0) == 0;
@@ -83,14 +91,141 @@ std::optional<ShmSegment> open_segment(const std::string& offer, int peer, std::
 
 }  // namespace
 
-size_t shm_ring_bytes_for(const CommConfig& o, int local_ranks) {
+size_t shm_ring_bytes_for_pairs(const CommConfig& o, uint64_t pairs) {
   const size_t cap = std::max(o.shm_ring_bytes, kMinRing);
-  if (local_ranks < 2) return cap;
-  const uint64_t rings = uint64_t(local_ranks) * uint64_t(local_ranks - 1);
-  const uint64_t fit = o.shm_host_bytes / rings;
+  if (pairs == 0) return cap;
+  const uint64_t fit = o.shm_host_bytes / (2 * pairs);  // two rings per pair
   size_t ring = kMinRing;
   while (ring * 2 <= fit && ring * 2 <= cap) ring *= 2;
   return ring;
+}
+
+size_t shm_ring_bytes_for(const CommConfig& o, int local_ranks) {
+  if (local_ranks < 2) return shm_ring_bytes_for_pairs(o, 0);
+  return shm_ring_bytes_for_pairs(o, uint64_t(local_ranks) * uint64_t(local_ranks - 1) / 2);
+}
+
+std::string info_of(int rank, int size, const std::string& host, bool shm) {
+  return "rank=" + std::to_string(rank) + " size=" + std::to_string(size) + " host=" + host +
+         " shm=" + (shm ? "1" : "0");
+}
+
+std::optional<PeerInfo> parse_info(const std::string& s) {
+  PeerInfo p;
+  int r = -1, n = -1, shm = -1, used = 0;
+  char host[129] = {};
+  if (std::sscanf(s.c_str(), "rank=%d size=%d host=%128s shm=%d%n", &r, &n, host, &shm, &used) !=
+          4 ||
+      used != static_cast<int>(s.size()) || (shm != 0 && shm != 1)) {
+    return std::nullopt;
+  }
+  p.rank = r;
+  p.size = n;
+  p.host = host;
+  p.shm = shm == 1;
+  return p;
+}
+
+void publish_address(store::Store& store, const CommConfig& o, uint16_t port) {
+  const std::string host = o.advertise_host.empty() ? o.bind_host : o.advertise_host;
+  store.set(o.store_prefix + "/addr/" + std::to_string(o.rank),
+            store::to_bytes(net::Endpoint{host, port}.str()));
+}
+
+PeerLink dial_peer(store::Store& store, const CommConfig& o, const std::string& me, int j,
+                   Deadline deadline) {
+  const std::string key = o.store_prefix + "/addr/" + std::to_string(j);
+  net::Socket s;
+  std::string info;
+  for (Millis backoff{10};; backoff = std::min(backoff * 2, Millis(500))) {
+    try {
+      store.wait({key}, deadline.remaining());
+      auto ep = net::Endpoint::parse(store::to_string(store.get(key)));
+      s = net::Socket::connect(ep, deadline);
+      info = net::handshake_as_client(s, o.token, me, deadline);
+      break;
+    } catch (const TimeoutError& e) {
+      throw StallError(j, "connecting to rank " + std::to_string(j) + ": " + e.what());
+    } catch (const PeerLostError& e) {
+      if (deadline.expired()) {
+        throw PeerLostError(j, "rank " + std::to_string(o.rank) + " lost its connection to rank " +
+                                   std::to_string(j) + " during the handshake: " + e.what());
+      }
+      spdlog::debug("communicator (rank {}): rank {} closed the handshake ({}); again", o.rank, j,
+                    e.what());
+      std::this_thread::sleep_for(std::min<Millis>(backoff, deadline.remaining()));
+    } catch (const AuthError& e) {
+      throw AuthError("communicator: rank " + std::to_string(o.rank) +
+                      " could not authenticate with rank " + std::to_string(j) + ": " + e.what());
+    }
+  }
+  auto peer = parse_info(info);
+  if (!peer || peer->rank != j || peer->size != o.size) {
+    throw ProtocolError("communicator: rank " + std::to_string(o.rank) + " dialled rank " +
+                        std::to_string(j) + " but the peer says '" + info +
+                        "' (expected rank=" + std::to_string(j) +
+                        " size=" + std::to_string(o.size) + " host=... shm=0|1)");
+  }
+  return PeerLink{std::move(s), peer->host, peer->shm};
+}
+
+std::unique_ptr<transport::Pair> make_pair(const CommConfig& o, int peer, PeerLink& link,
+                                           uint64_t local_pairs, Deadline deadline) {
+  const bool local = link.host == this_host(o);
+  const bool want_shm = o.transport != Transport::Tcp;
+  if (local && want_shm && !link.shm && o.transport == Transport::Shm) {
+    throw ConfigError("communicator: rank " + std::to_string(o.rank) +
+                      " requires shared memory (transport shm) but rank " + std::to_string(peer) +
+                      ", on the same host, uses transport tcp");
+  }
+  if (local && want_shm && link.shm) {
+    std::optional<ShmSegment> segment;
+    std::string refused;
+    if (peer < o.rank) {  // the creator
+      segment = create_segment(o, peer, shm_ring_bytes_for_pairs(o, local_pairs), &refused);
+      send_setup_message(
+          link.sock,
+          segment ? "shm " + segment->name() + " " + std::to_string(segment->ring_bytes())
+                  : "tcp " + refused,
+          deadline);
+      if (segment) {
+        const std::string answer = recv_setup_message(link.sock, peer, deadline);
+        segment->unlink();
+        if (answer != "ok") {
+          if (!starts_with(answer, "tcp ")) {
+            throw ProtocolError("communicator: rank " + std::to_string(peer) +
+                                " sent an unknown transport answer");
+          }
+          refused = "rank " + std::to_string(peer) + ": " + answer.substr(4);
+          segment.reset();
+        }
+      }
+    } else {
+      const std::string offer = recv_setup_message(link.sock, peer, deadline);
+      if (starts_with(offer, "shm ")) {
+        segment = open_segment(offer, peer, &refused);
+        send_setup_message(link.sock, segment ? "ok" : "tcp " + refused, deadline);
+      } else if (starts_with(offer, "tcp ")) {
+        refused = "rank " + std::to_string(peer) + ": " + offer.substr(4);
+      } else {
+        throw ProtocolError("communicator: rank " + std::to_string(peer) +
+                            " sent an unknown transport message");
+      }
+    }
+    if (segment) {
+      return std::make_unique<transport::ShmPair>(peer, std::move(link.sock), std::move(*segment),
+                                                  /*creator=*/peer < o.rank);
+    }
+    if (o.transport == Transport::Shm) {
+      throw Error("communicator: no shared memory between " + pair_name(o.rank, peer) +
+                  " (transport shm): " + refused);
+    }
+    spdlog::warn("communicator (rank {}): no shared memory with rank {} on this host ({}); TCP",
+                 o.rank, peer, refused);
+  }
+  const int buffer = local ? o.socket_buffer_bytes : o.remote_socket_buffer_bytes;
+  if (buffer > 0) link.sock.set_buffer_sizes(buffer);
+  return std::make_unique<transport::TcpPair>(peer, std::move(link.sock));
 }
 
 const std::string& this_host(const CommConfig& o) {
@@ -126,7 +261,7 @@ std::vector<std::unique_ptr<transport::Pair>> make_pairs(const CommConfig& o,
     if (p.peer > o.rank) continue;
     p.segment = create_segment(o, p.peer, ring, &p.refused);
     net::Socket& s = links[static_cast<size_t>(p.peer)].sock;
-    send_message(
+    send_setup_message(
         s, p.segment ? "shm " + p.segment->name() + " " + std::to_string(ring) : "tcp " + p.refused,
         deadline);
   }
@@ -134,10 +269,10 @@ std::vector<std::unique_ptr<transport::Pair>> make_pairs(const CommConfig& o,
   for (Local& p : local) {
     if (p.peer < o.rank) continue;
     net::Socket& s = links[static_cast<size_t>(p.peer)].sock;
-    const std::string offer = recv_message(s, p.peer, deadline);
+    const std::string offer = recv_setup_message(s, p.peer, deadline);
     if (starts_with(offer, "shm ")) {
       p.segment = open_segment(offer, p.peer, &p.refused);
-      send_message(s, p.segment ? "ok" : "tcp " + p.refused, deadline);
+      send_setup_message(s, p.segment ? "ok" : "tcp " + p.refused, deadline);
     } else if (starts_with(offer, "tcp ")) {
       p.refused = "rank " + std::to_string(p.peer) + ": " + offer.substr(4);
     } else {
@@ -149,7 +284,7 @@ std::vector<std::unique_ptr<transport::Pair>> make_pairs(const CommConfig& o,
   for (Local& p : local) {
     if (p.peer > o.rank || !p.segment) continue;
     const std::string answer =
-        recv_message(links[static_cast<size_t>(p.peer)].sock, p.peer, deadline);
+        recv_setup_message(links[static_cast<size_t>(p.peer)].sock, p.peer, deadline);
     p.segment->unlink();
     if (answer == "ok") continue;
     if (!starts_with(answer, "tcp ")) {

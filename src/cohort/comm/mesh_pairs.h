@@ -1,8 +1,9 @@
-// Internal to the mesh (mesh.cc): the last step of setup, which turns each authenticated
-// connection into the pair that carries it.
+// Internal to the mesh (mesh.cc, mesh_lazy.cc): what ranks state about themselves, dialling a
+// peer, and turning each authenticated connection into the pair that carries it.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,10 +11,28 @@
 #include "cohort/comm/mesh.h"
 #include "cohort/comm/transport/pair.h"
 #include "cohort/net/socket.h"
+#include "cohort/store/store.h"
 
 namespace cohort::comm {
 
-// What the handshake told this rank about one peer.
+// The listen backlog: a rank of a large world is dialled by many ranks at once.
+inline constexpr int kListenBacklog = 4096;
+
+// What a rank states about itself in the handshake: "rank=R size=N host=H shm=0|1".
+struct PeerInfo {
+  int rank = -1;
+  int size = -1;
+  std::string host;
+  bool shm = false;
+};
+std::string info_of(int rank, int size, const std::string& host, bool shm);
+// nullopt if malformed.
+std::optional<PeerInfo> parse_info(const std::string& s);
+
+std::string join_ranks(const std::vector<int>& ranks);
+
+// Rendezvous: "<prefix>/addr/<rank>" = "host:port" of this rank's listener.
+void publish_address(store::Store& store, const CommConfig& o, uint16_t port);
 struct PeerLink {
   net::Socket sock;  // connected and authenticated
   std::string host;  // the peer's host identity
@@ -22,6 +41,18 @@ struct PeerLink {
 
 // The host identity this rank states: CommConfig::host_id, or the one it detects.
 const std::string& this_host(const CommConfig& o);
+
+// Length-prefixed setup messages on a connection (at most 512 bytes); ProtocolError naming `peer`
+// on a longer one.
+void send_setup_message(net::Socket& s, const std::string& text, Deadline deadline);
+std::string recv_setup_message(net::Socket& s, int peer, Deadline deadline);
+
+// Connects to rank j (once its address is published) and authenticates, stating `me`. A
+// connection that the other side closes during the handshake (busy with too many others, or it
+// refused a duplicate) is tried again until the deadline; a wrong token is not (AuthError).
+// StallError(j) at the deadline; ProtocolError if the peer is not rank j of this world.
+PeerLink dial_peer(store::Store& store, const CommConfig& o, const std::string& me, int j,
+                   Deadline deadline);
 
 // One pair per peer (null for this rank). Peers on this host that would use shared memory, like
 // this rank, agree on a segment over their connection first:
@@ -35,9 +66,18 @@ std::vector<std::unique_ptr<transport::Pair>> make_pairs(const CommConfig& o,
                                                          std::vector<PeerLink>& links,
                                                          Deadline deadline);
 
+// The pair over one new connection to `peer` (made on first use): on one host, when both would,
+// the higher rank creates a segment and offers it, the lower opens it and answers, as in
+// make_pairs; otherwise TCP. `local_pairs`: about how many shared-memory pairs this host holds
+// (what bounds each ring).
+std::unique_ptr<transport::Pair> make_pair(const CommConfig& o, int peer, PeerLink& link,
+                                           uint64_t local_pairs, Deadline deadline);
+
 // The ring size of each direction of a shared-memory pair on a host of `local_ranks` ranks: the
 // largest power of two that keeps every segment of the host within shm_host_bytes, at most
 // shm_ring_bytes and at least 64 KiB.
 size_t shm_ring_bytes_for(const CommConfig& o, int local_ranks);
+// The same for a host of `pairs` shared-memory pairs.
+size_t shm_ring_bytes_for_pairs(const CommConfig& o, uint64_t pairs);
 
 }  // namespace cohort::comm

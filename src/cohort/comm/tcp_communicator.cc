@@ -72,7 +72,7 @@ std::unique_ptr<Communicator> Communicator::create(store::Store& store, const Co
   static std::once_flag logger_once;
   std::call_once(logger_once, [] { spdlog::default_logger_raw(); });
   if (config.chunk_bytes == 0) throw ConfigError("communicator: chunk_bytes must be positive");
-  Mesh mesh = Mesh::connect(store, config);
+  std::unique_ptr<Mesh> mesh = Mesh::connect(store, config);
   return std::make_unique<TcpCommunicator>(store, config, std::move(mesh));
 }
 
@@ -96,7 +96,8 @@ class TcpCommunicator::Runner final : public WorkRunner {
   TcpCommunicator* comm_;
 };
 
-TcpCommunicator::TcpCommunicator(store::Store& store, const CommConfig& config, Mesh mesh)
+TcpCommunicator::TcpCommunicator(store::Store& store, const CommConfig& config,
+                                 std::unique_ptr<Mesh> mesh)
     : store_(store),
       config_(config),
       mesh_(std::move(mesh)),
@@ -106,9 +107,9 @@ TcpCommunicator::TcpCommunicator(store::Store& store, const CommConfig& config, 
       runner_(std::make_shared<Runner>(this)),
       hand_off_delay_(config.hand_off_delay),
       hand_off_delay_max_(std::max(config.hand_off_delay, config.hand_off_delay_max)),
-      spin_(mesh_.size() > 1 && mesh_.ranks_on_this_host() <= usable_cpus() ? config.spin_wait
-                                                                            : Clock::duration{}),
-      max_ranks_per_host_(most_ranks_on_a_host(mesh_)) {
+      spin_(mesh_->size() > 1 && mesh_->ranks_on_this_host() <= usable_cpus() ? config.spin_wait
+                                                                              : Clock::duration{}),
+      max_ranks_per_host_(most_ranks_on_a_host(*mesh_)) {
   recorder_->restart();
   thread_ = std::thread([this] { loop(); });
 }
@@ -214,7 +215,7 @@ std::shared_ptr<Work> TcpCommunicator::allreduce(Buffer buf, const AllreduceOpti
   check_buffer("allreduce", buf);
   Algorithm algo = opts.algorithm;
   if (algo == Algorithm::Auto) {
-    algo = choose_allreduce(buf.bytes(), size(), mesh_.hosts(), max_ranks_per_host_);
+    algo = choose_allreduce(buf.bytes(), size(), mesh_->hosts(), max_ranks_per_host_);
   }
   const ReduceOp op = opts.op;
   Op shape;
@@ -371,7 +372,7 @@ void TcpCommunicator::abort(const std::string& reason) {
     pending.swap(queue_);
   }
   // Wakes the communication thread if it is blocked on a socket; it then fails its operation.
-  mesh_.shutdown_all();
+  mesh_->shutdown_all();
   for (auto& op : pending) {
     if (op.id.kind != OpKind::PointToPoint) recorder_->on_finished(op.id.seq, false);
     op.work->fail(std::make_exception_ptr(AbortedError(what_of(op) + " aborted: " + reason)));
@@ -383,8 +384,8 @@ CommStats TcpCommunicator::stats() const {
   return CommStats{.bytes_sent = counters_.sent.load(std::memory_order_relaxed),
                    .bytes_received = counters_.received.load(std::memory_order_relaxed),
                    .collectives = collectives_.load(std::memory_order_relaxed),
-                   .shm_pairs = mesh_.pairs_of(transport::Kind::Shm),
-                   .tcp_pairs = mesh_.pairs_of(transport::Kind::Tcp)};
+                   .shm_pairs = mesh_->pairs_of(transport::Kind::Shm),
+                   .tcp_pairs = mesh_->pairs_of(transport::Kind::Tcp)};
 }
 
 void TcpCommunicator::loop() {
@@ -469,7 +470,7 @@ void TcpCommunicator::execute(Op& op) {
   t_op_timing = &timing;
   const uint64_t sent_before = counters_.sent.load(std::memory_order_relaxed);
   auto sent = [&] { return counters_.sent.load(std::memory_order_relaxed) - sent_before; };
-  OpContext ctx{.mesh = mesh_,
+  OpContext ctx{.mesh = *mesh_,
                 .counters = counters_,
                 .id = op.id,
                 .deadline = Deadline::after(op.timeout),
@@ -478,7 +479,7 @@ void TcpCommunicator::execute(Op& op) {
                 .ring_window = config_.ring_window,
                 .spin = op.spin};
   try {
-    if (collective && config_.check_collectives && mesh_.size() > 1) check_fingerprint(ctx, op);
+    if (collective && config_.check_collectives && mesh_->size() > 1) check_fingerprint(ctx, op);
     op.body(ctx);
   } catch (...) {
     t_op_timing = nullptr;
@@ -492,65 +493,6 @@ void TcpCommunicator::execute(Op& op) {
     collectives_.fetch_add(1, std::memory_order_relaxed);
   }
   op.work->finish();
-}
-
-namespace {
-
-// A collective's fingerprint on the wire: what every rank must agree on before data moves.
-struct Fingerprint {
-  int64_t seq, kind, dtype, count, detail, algorithm;
-  bool operator==(const Fingerprint&) const = default;
-};
-static_assert(sizeof(Fingerprint) == 6 * sizeof(int64_t));
-
-std::string describe_fingerprint(const Fingerprint& f) {
-  const auto kind = static_cast<OpKind>(f.kind);
-  std::string s = std::string(op_kind_name(kind)) + " #" + std::to_string(f.seq) + " of " +
-                  std::to_string(f.count) + " " +
-                  std::string(dtype_name(static_cast<DType>(f.dtype)));
-  if (kind == OpKind::Allreduce || kind == OpKind::ReduceScatter) {
-    s += ", " + std::string(reduce_op_name(static_cast<ReduceOp>(f.detail)));
-  }
-  if (kind == OpKind::Allreduce) {
-    s += ", " + std::string(algorithm_name(static_cast<Algorithm>(f.algorithm)));
-  }
-  if (kind == OpKind::Broadcast) s += " from root " + std::to_string(f.detail);
-  return s;
-}
-
-}  // namespace
-
-void TcpCommunicator::check_fingerprint(OpContext& ctx, const Op& op) {
-  const int n = size(), me = rank();
-  Fingerprint mine{static_cast<int64_t>(op.id.seq),
-                   static_cast<int64_t>(op.id.kind),
-                   static_cast<int64_t>(op.id.dtype),
-                   static_cast<int64_t>(op.count),
-                   op.detail,
-                   static_cast<int64_t>(op.algorithm)};
-  std::vector<Fingerprint> theirs(static_cast<size_t>(n));
-  // The exchange runs under an id of its own, so a peer that issued a different operation under
-  // this sequence number still reads this message as a fingerprint.
-  const OpId fid{.kind = OpKind::Barrier, .seq = op.id.seq, .dtype = DType::I64};
-  for (int d = 1; d < n; ++d) {
-    const int to = (me + d) % n, from = (me - d + n) % n;
-    SendPlan send{.peer = to, .count = 1, .segment = [&](size_t) {
-                    return Segment{reinterpret_cast<uint8_t*>(&mine), sizeof(mine)};
-                  }};
-    RecvPlan recv{.peer = from, .count = 1, .segment = [&](size_t) {
-                    return Segment{reinterpret_cast<uint8_t*>(&theirs[static_cast<size_t>(from)]),
-                                   sizeof(Fingerprint)};
-                  }};
-    exchange(ctx.mesh, ctx.counters, fid, &send, &recv, ctx.deadline);
-  }
-  for (int r = 0; r < n; ++r) {
-    if (r == me || theirs[static_cast<size_t>(r)] == mine) continue;
-    throw CollectiveMismatchError(
-        op.id.seq, r,
-        "collective mismatch at sequence number " + std::to_string(op.id.seq) + ": rank " +
-            std::to_string(me) + " called " + describe_fingerprint(mine) + " but rank " +
-            std::to_string(r) + " called " + describe_fingerprint(theirs[static_cast<size_t>(r)]));
-  }
 }
 
 std::exception_ptr TcpCommunicator::fail(const Op& op, std::exception_ptr raw) {
@@ -608,7 +550,7 @@ std::exception_ptr TcpCommunicator::fail(const Op& op, std::exception_ptr raw) {
   }
   // Tell the others before cutting the connections, so that a rank that sees the connection drop
   // can already read who failed first.
-  if (!aborted && mesh_.size() > 1) {
+  if (!aborted && mesh_->size() > 1) {
     try {
       store_.set(key("failed/" + std::to_string(rank())),
                  store::to_bytes(encode_record(culprit, what)));
@@ -616,7 +558,7 @@ std::exception_ptr TcpCommunicator::fail(const Op& op, std::exception_ptr raw) {
       spdlog::warn("rank {}: could not record the failure in the store: {}", rank(), e.what());
     }
   }
-  mesh_.shutdown_all();
+  mesh_->shutdown_all();
   for (auto& p : pending) {
     if (p.id.kind != OpKind::PointToPoint) recorder_->on_finished(p.id.seq, false);
     p.work->fail(err);
@@ -630,7 +572,7 @@ std::exception_ptr TcpCommunicator::timed_out(const Op& op, const StallError& st
                            " ms on rank " + std::to_string(rank()) + " (" + stall.waiting_for() +
                            ")";
   std::vector<int> missing;
-  if (op.id.kind != OpKind::PointToPoint && mesh_.size() > 2) {
+  if (op.id.kind != OpKind::PointToPoint && mesh_->size() > 2) {
     // Every rank that times out in this collective says so in the store. A rank that is stopped,
     // hung or never called the collective cannot, so the ranks missing after a grace period are
     // the real culprits, not the neighbour this rank happened to be waiting on.

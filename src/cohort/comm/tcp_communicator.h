@@ -25,7 +25,7 @@ namespace cohort::comm {
 
 class TcpCommunicator final : public Communicator {
  public:
-  TcpCommunicator(store::Store& store, const CommConfig& config, Mesh mesh);
+  TcpCommunicator(store::Store& store, const CommConfig& config, std::unique_ptr<Mesh> mesh);
   ~TcpCommunicator() override;
 
   int rank() const override { return config_.rank; }
@@ -47,7 +47,7 @@ class TcpCommunicator final : public Communicator {
   void abort(const std::string& reason) override;
   CommStats stats() const override;
   FlightRecorder& flight_recorder() override { return *recorder_; }
-  void cut_connections() override { mesh_.shutdown_all(); }
+  void cut_connections() override { mesh_->shutdown_all(); }
 
  private:
   struct Op {
@@ -95,7 +95,7 @@ class TcpCommunicator final : public Communicator {
 
   store::Store& store_;
   const CommConfig config_;
-  Mesh mesh_;
+  std::unique_ptr<Mesh> mesh_;
   Counters counters_;
   std::vector<uint8_t> scratch_;  // the thread running the operation in flight only
   std::atomic<uint64_t> collectives_{0};

@@ -29,6 +29,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
+#include "cohort/net/descriptors.h"
 #include "cohort/net/frame_stream.h"
 #include "cohort/net/handshake.h"
 #include "cohort/store/memory_store.h"
@@ -109,15 +110,19 @@ class StoreServer::Impl {
   std::thread thread_;
 };
 
+// Many clients connect at once when a large job starts.
+constexpr int kBacklog = 4096;
+
 StoreServer::Impl::Impl(const StoreServerOptions& o)
     : opts_(o),
       // compare_set carries two values; 1 MiB leaves room for the keys.
       max_request_bytes_(2 * o.max_value_bytes + (1u << 20)),
-      listener_(net::Listener::bind(o.bind_host, o.port)) {
+      listener_(net::Listener::bind(o.bind_host, o.port, kBacklog)) {
   std::string host = o.bind_host;
   if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
   if (host == "::") host = "::1";
   endpoint_ = net::Endpoint{host, listener_.port()};
+  net::ensure_descriptors(o.max_connections + 64, "store server on " + endpoint_.str());
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) throw SystemError("eventfd", errno);
   thread_ = std::thread([this] { run(); });

@@ -19,7 +19,9 @@ struct StoreServerOptions {
   std::string token;
   // A connection that has not finished its handshake by then is closed (slow-loris defence).
   std::chrono::milliseconds handshake_timeout{5000};
-  size_t max_connections = 1024;
+  // Clients served at once: the ranks of a large job (a 1,024-rank communicator's ranks, its
+  // launcher and their heartbeats) must fit. The process's open-file limit is raised to match.
+  size_t max_connections = 4096;
   size_t max_value_bytes = 16u << 20;
 };
 

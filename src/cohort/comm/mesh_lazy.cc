@@ -1,0 +1,224 @@
+#include "cohort/comm/mesh_lazy.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <unordered_map>
+
+#include "cohort/base/error.h"
+#include "cohort/comm/exchange.h"
+#include "cohort/comm/mesh_pairs.h"
+#include "cohort/net/descriptors.h"
+
+namespace cohort::comm {
+
+Mesh::Lazy::Lazy(Mesh& mesh, store::Store& store, const CommConfig& o)
+    : mesh_(mesh),
+      store_(store),
+      o_(o),
+      me_(info_of(o.rank, o.size, this_host(o), o.transport != Transport::Tcp)),
+      state_(static_cast<size_t>(o.size), State::None) {
+  const Deadline deadline = Deadline::after(o.timeout);
+  // The listener, a connection to each of a few dozen peers and pending strangers.
+  net::ensure_descriptors(512, "communicator setup (rank " + std::to_string(o.rank) + ")");
+  door_ = std::make_unique<Doorman>(o_, me_, net::Listener::bind(o.bind_host, 0, kListenBacklog));
+  door_->set_max_pending(256);
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) throw SystemError("eventfd", errno);
+  thread_ = std::thread([this] { accept_loop(); });
+  try {
+    publish_address(store_, o_, door_->port());
+    store_.set(key("joined/" + std::to_string(o.rank)), store::to_bytes(this_host(o)));
+    rendezvous(deadline);
+  } catch (...) {
+    stop();
+    throw;
+  }
+}
+
+void Mesh::Lazy::stop() {
+  if (thread_.joinable()) {
+    stopping_ = true;
+    const uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof(one));
+    thread_.join();
+  }
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  wake_fd_ = -1;
+}
+
+void Mesh::Lazy::never_joined(const std::string& why) {
+  std::vector<int> missing;
+  try {
+    for (int r = 0; r < o_.size; ++r) {
+      if (!store_.check({key("joined/" + std::to_string(r))})) missing.push_back(r);
+    }
+  } catch (const std::exception&) {
+  }
+  throw TimeoutError(
+      "communicator setup: rank " + std::to_string(o_.rank) + " of " + std::to_string(o_.size) +
+      " timed out after " + std::to_string(o_.timeout.count()) + " ms; ranks never joined: " +
+      (missing.empty() ? std::string("none missing now") : join_ranks(missing)) + " (" + why + ")");
+}
+
+void Mesh::Lazy::rendezvous(Deadline deadline) {
+  const size_t n = static_cast<size_t>(o_.size);
+  std::vector<std::string> hosts(n);
+  if (o_.rank == 0) {
+    std::vector<std::string> keys;
+    for (int r = 0; r < o_.size; ++r) keys.push_back(key("joined/" + std::to_string(r)));
+    try {
+      store_.wait(keys, deadline.remaining());
+    } catch (const TimeoutError& e) {
+      never_joined(e.what());
+    }
+    std::unordered_map<std::string, int> number;
+    std::string world;
+    for (size_t r = 0; r < n; ++r) {
+      const std::string host = store::to_string(store_.get(keys[r]));
+      const int h = number.try_emplace(host, static_cast<int>(number.size())).first->second;
+      if (r) world += ' ';
+      world += std::to_string(h);
+      hosts[r] = std::to_string(h);
+    }
+    store_.set(key("world"), store::to_bytes(world));
+  } else {
+    try {
+      store_.wait({key("world")}, deadline.remaining());
+    } catch (const TimeoutError& e) {
+      never_joined(e.what());
+    }
+    std::istringstream in(store::to_string(store_.get(key("world"))));
+    for (size_t r = 0; r < n; ++r) {
+      int h = -1;
+      if (!(in >> h) || h < 0) throw ProtocolError("communicator setup: malformed world record");
+      hosts[r] = std::to_string(h);
+    }
+  }
+  mesh_.set_hosts(hosts);
+  // About 2 log2(n) + 2 peers per rank (ring and halving-doubling partners), at most every other
+  // rank of the host: the pairs of this host that its rings must share /dev/shm among.
+  const uint64_t local = static_cast<uint64_t>(mesh_.ranks_on_this_host());
+  const auto degree = static_cast<uint64_t>(2 * std::ceil(std::log2(o_.size)) + 2);
+  local_pairs_ = local * std::min(local - 1, degree) / 2;
+}
+
+void Mesh::Lazy::accept_loop() {
+  const Doorman::OnPeer on = [this](const std::string& info, net::Socket& sock,
+                                    const std::string&) { return on_peer(info, sock); };
+  while (!stopping_) {
+    try {
+      door_->poll_once(Deadline::after(Millis(1000)), wake_fd_, on);
+    } catch (const std::exception& e) {
+      spdlog::warn("communicator (rank {}): accepting connections: {}", o_.rank, e.what());
+      std::this_thread::sleep_for(Millis(10));
+    }
+  }
+  door_->drop_all("the communicator is closing");
+}
+
+// On the acceptor thread: an authenticated connection from a peer.
+std::string Mesh::Lazy::on_peer(const std::string& info, net::Socket& sock) {
+  auto peer = parse_info(info);
+  if (!peer) return "malformed rank info '" + info + "'";
+  if (peer->size != o_.size || peer->rank < 0 || peer->rank >= o_.size || peer->rank == o_.rank) {
+    return "'" + info + "' is not a peer in a world of " + std::to_string(o_.size);
+  }
+  const int b = peer->rank;
+  const Deadline deadline = Deadline::after(o_.handshake_timeout);
+  {
+    std::unique_lock lk(mu_);
+    State& st = state_[static_cast<size_t>(b)];
+    bool closed;
+    {
+      std::lock_guard ml(mesh_.mu_);
+      closed = mesh_.closed_;
+    }
+    // Ours wins when we are dialling it too and are the higher rank; a second connection from a
+    // rank already connected is refused the same way.
+    if (closed || st == State::Ready || st == State::Accepting ||
+        (st == State::Dialing && o_.rank > b)) {
+      lk.unlock();
+      net::Socket refused = std::move(sock);
+      try {
+        send_setup_message(refused, "dup", deadline);
+      } catch (const std::exception&) {
+      }
+      return "";
+    }
+    st = State::Accepting;
+  }
+  try {
+    send_setup_message(sock, "ok", deadline);
+    PeerLink link{std::move(sock), peer->host, peer->shm};
+    mesh_.publish(b, make_pair(o_, b, link, local_pairs_, deadline));
+    std::lock_guard lk(mu_);
+    state_[static_cast<size_t>(b)] = State::Ready;
+  } catch (const std::exception& e) {
+    spdlog::warn("communicator (rank {}): connection from rank {} failed: {}", o_.rank, b,
+                 e.what());
+    std::lock_guard lk(mu_);
+    state_[static_cast<size_t>(b)] = State::None;
+  }
+  cv_.notify_all();
+  return "";
+}
+
+transport::Pair& Mesh::Lazy::wait_for(int r, Deadline deadline, std::unique_lock<std::mutex>& lk) {
+  const size_t i = static_cast<size_t>(r);
+  cv_.wait_until(lk, deadline.at(),
+                 [&] { return state_[i] == State::Ready || state_[i] == State::None; });
+  if (transport::Pair* p = mesh_.ready_[i].load(std::memory_order_acquire)) return *p;
+  throw StallError(r, "waiting for rank " + std::to_string(r) + " to connect");
+}
+
+transport::Pair& Mesh::Lazy::connect(int r, Deadline deadline) {
+  const size_t i = static_cast<size_t>(r);
+  {
+    std::unique_lock lk(mu_);
+    {
+      std::lock_guard ml(mesh_.mu_);
+      if (mesh_.closed_) {
+        throw AbortedError("rank " + std::to_string(o_.rank) + " is shut down; no new pair to " +
+                           std::to_string(r));
+      }
+    }
+    if (state_[i] == State::Ready || state_[i] == State::Accepting)
+      return wait_for(r, deadline, lk);
+    state_[i] = State::Dialing;
+  }
+  try {
+    PeerLink link = dial_peer(store_, o_, me_, r, deadline);
+    const std::string verdict = recv_setup_message(link.sock, r, deadline);
+    if (verdict == "ok") {
+      mesh_.publish(r, make_pair(o_, r, link, local_pairs_, deadline));
+      std::lock_guard lk(mu_);
+      state_[i] = State::Ready;
+    } else if (verdict != "dup") {
+      throw ProtocolError("rank " + std::to_string(r) + " answered a connection with '" + verdict +
+                          "'");
+    } else {
+      // The peer keeps the connection it dials to this rank: the acceptor publishes it (it may
+      // be setting it up already).
+      std::unique_lock lk(mu_);
+      if (state_[i] == State::Dialing) state_[i] = State::AwaitingPeer;
+      cv_.wait_until(lk, deadline.at(), [&] {
+        return state_[i] != State::AwaitingPeer && state_[i] != State::Accepting;
+      });
+      if (transport::Pair* p = mesh_.ready_[i].load(std::memory_order_acquire)) return *p;
+      throw StallError(r, "waiting for rank " + std::to_string(r) + " to connect");
+    }
+  } catch (...) {
+    std::lock_guard lk(mu_);
+    if (state_[i] != State::Ready) state_[i] = State::None;
+    throw;
+  }
+  cv_.notify_all();
+  return *mesh_.ready_[i].load(std::memory_order_acquire);
+}
+
+}  // namespace cohort::comm
