@@ -26,6 +26,9 @@ endforeach()
 install(TARGETS ${cohort_installed_targets} EXPORT CohortTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS cohort RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(TARGET cohort-comm)
+  install(TARGETS cohort-comm RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()
 
 # Headers keep their source layout: #include "cohort/<layer>/<file>.h" (the libraries' install
 # include directory, set in cohort_target_defaults, is <prefix>/include).

@@ -313,6 +313,33 @@ TEST_F(StoreServerTest, ManyParkedWaitersAreAllReleased) {
   EXPECT_EQ(done.load(), kWaiters);
 }
 
+TEST_F(StoreServerTest, ServesTheRanksOfA1024RankJobAndItsLauncherAtOnce) {
+  // Every rank of a 1,024-rank job connects at once, publishes its address, and waits for the
+  // others' (as a communicator's rendezvous does); the launcher is the 1,025th client.
+  constexpr int kRanks = 1024;
+  std::vector<std::unique_ptr<TcpStore>> ranks(kRanks);
+  std::vector<std::thread> ts;
+  std::atomic<int> done{0};
+  for (int r = 0; r < kRanks; ++r) {
+    ts.emplace_back([&, r] {
+      ranks[r] = std::make_unique<TcpStore>(ep(), kToken, Millis(60000));
+      ranks[r]->set("addr/" + std::to_string(r), to_bytes(std::to_string(r)));
+      ranks[r]->wait({"addr/" + std::to_string((r + 1) % kRanks), "go"});
+      EXPECT_EQ(to_string(ranks[r]->get("addr/" + std::to_string((r + 1) % kRanks))),
+                std::to_string((r + 1) % kRanks));
+      ++done;
+    });
+  }
+  TcpStore launcher(ep(), kToken, Millis(60000));
+  std::vector<std::string> all;
+  for (int r = 0; r < kRanks; ++r) all.push_back("addr/" + std::to_string(r));
+  launcher.wait(all, Millis(60000));
+  launcher.set("go", {});
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(done.load(), kRanks);
+  EXPECT_EQ(logs_.warnings("refusing"), 0u) << logs_.dump();
+}
+
 TEST_F(StoreServerTest, ValueOverTheLimitIsAnErrorAndTheConnectionStaysUsable) {
   StoreServer small({.token = kToken, .max_value_bytes = 1024});
   TcpStore s(small.endpoint(), kToken);

@@ -20,6 +20,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -45,7 +46,7 @@ constexpr const char* kUsage =
     "\n"
     "Measures allreduce (float32, sum) across local processes on this host.\n"
     "\n"
-    "  --ranks N          number of processes (default 2)\n"
+    "  --ranks N          number of processes, 1 to 1024 (default 2)\n"
     "  --sizes LIST       message sizes in bytes, K/M/G suffixes are binary\n"
     "                     (default 4K,64K,1M,16M,64M)\n"
     "  --algo NAME        ring | halving_doubling | recursive_doubling | hierarchical | auto\n"
@@ -109,7 +110,7 @@ BenchOptions parse_options(const Args& a) {
     }
     return static_cast<int>(v);
   };
-  o.ranks = int_in("ranks", 2, 1, 256);
+  o.ranks = int_in("ranks", 2, 1, 1024);
   try {
     o.sizes = bench::parse_sizes(a.get_or("sizes", "4K,64K,1M,16M,64M"), sizeof(float));
   } catch (const std::invalid_argument& e) {
@@ -203,11 +204,11 @@ class RankProcesses {
     reap_all();
   }
 
-  // fork + exec of /proc/self/exe. Everything the child needs is prepared before fork(): the
+  // fork + exec of `exe`. Everything the child needs is prepared before fork(): the
   // launcher has threads, so the child may only make async-signal-safe calls until exec.
   // netns_fd >= 0: the child enters that network namespace first.
-  void spawn(int rank, const std::vector<std::string>& args, const std::vector<std::string>& env,
-             int netns_fd = -1) {
+  void spawn(const std::string& exe, int rank, const std::vector<std::string>& args,
+             const std::vector<std::string>& env, int netns_fd = -1) {
     std::vector<char*> argv, envp;
     for (const auto& s : args) argv.push_back(const_cast<char*>(s.c_str()));
     argv.push_back(nullptr);
@@ -231,7 +232,7 @@ class RankProcesses {
         [[maybe_unused]] auto n = write(STDERR_FILENO, no_netns.data(), no_netns.size());
         _exit(126);
       }
-      execve("/proc/self/exe", argv.data(), envp.data());
+      execve(exe.c_str(), argv.data(), envp.data());
       _exit(127);
     }
     ranks_.push_back({.rank = rank, .pid = pid, .live = true});
@@ -326,6 +327,18 @@ class NamespaceFiles {
   std::vector<int> fds_;
 };
 
+// What the ranks run: cohort-comm beside this binary when it is there (the same commands without
+// libtorch, which each of hundreds of ranks would otherwise load), else this binary.
+std::string rank_binary() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const std::filesystem::path comm = self.parent_path() / "cohort-comm";
+    if (::access(comm.c_str(), X_OK) == 0) return comm.string();
+  }
+  return "/proc/self/exe";
+}
+
 bool succeeded(const Rank& r) {
   return WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
 }
@@ -414,9 +427,10 @@ int launch(const Args& a, const BenchOptions& o) {
   RankProcesses procs;
   // The hosts' namespaces, opened before any fork (the children may only call setns).
   NamespaceFiles netns(o.hosts);
+  const std::string exe = rank_binary();
   for (int r = 0; r < o.ranks; ++r) {
     const int fd = o.hosts.empty() ? -1 : netns.fd(bench_host_of(o, r));
-    procs.spawn(r, worker_args(a, r, endpoint), env, fd);
+    procs.spawn(exe, r, worker_args(a, r, endpoint), env, fd);
   }
 
   Printer printer(o);

@@ -27,6 +27,7 @@ Mesh::Lazy::Lazy(Mesh& mesh, store::Store& store, const CommConfig& o)
   net::ensure_descriptors(512, "communicator setup (rank " + std::to_string(o.rank) + ")");
   door_ = std::make_unique<Doorman>(o_, me_, net::Listener::bind(o.bind_host, 0, kListenBacklog));
   door_->set_max_pending(256);
+  local_pairs_ = pairs_of_host(o.size);  // as if every rank were on this host
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) throw SystemError("eventfd", errno);
   thread_ = std::thread([this] { accept_loop(); });
@@ -100,11 +101,15 @@ void Mesh::Lazy::rendezvous(Deadline deadline) {
     }
   }
   mesh_.set_hosts(hosts);
+  local_pairs_ = pairs_of_host(mesh_.ranks_on_this_host());
+}
+
+uint64_t Mesh::Lazy::pairs_of_host(int ranks) const {
   // About 2 log2(n) + 2 peers per rank (ring and halving-doubling partners), at most every other
   // rank of the host: the pairs of this host that its rings must share /dev/shm among.
-  const uint64_t local = static_cast<uint64_t>(mesh_.ranks_on_this_host());
+  const auto local = static_cast<uint64_t>(ranks);
   const auto degree = static_cast<uint64_t>(2 * std::ceil(std::log2(o_.size)) + 2);
-  local_pairs_ = local * std::min(local - 1, degree) / 2;
+  return local * std::min(local - 1, degree) / 2;
 }
 
 void Mesh::Lazy::accept_loop() {

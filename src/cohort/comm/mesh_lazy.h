@@ -43,6 +43,7 @@ class Mesh::Lazy {
 
   std::string key(const std::string& suffix) const { return o_.store_prefix + "/" + suffix; }
   void rendezvous(Deadline deadline);
+  uint64_t pairs_of_host(int ranks) const;
   [[noreturn]] void never_joined(const std::string& why);
   void accept_loop();
   std::string on_peer(const std::string& info, net::Socket& sock);
@@ -53,7 +54,10 @@ class Mesh::Lazy {
   store::Store& store_;
   const CommConfig o_;
   const std::string me_;
-  uint64_t local_pairs_ = 0;  // what sizes the shared-memory rings (make_pair)
+  // What sizes the shared-memory rings this rank creates (make_pair): an estimate of the pairs of
+  // its host, from the world size until the rendezvous tells how many ranks share the host (the
+  // acceptor may take a dial before that).
+  std::atomic<uint64_t> local_pairs_{0};
   std::unique_ptr<Doorman> door_;
   int wake_fd_ = -1;
   std::atomic<bool> stopping_{false};
