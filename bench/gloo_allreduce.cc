@@ -108,6 +108,7 @@ void max_across_ranks(const std::shared_ptr<gloo::Context>& ctx, std::vector<dou
 }
 
 int run_rank(const Options& o, int rank, const std::string& store_dir) {
+  const auto started = std::chrono::steady_clock::now();
   gloo::transport::tcp::attr attr;
   attr.hostname = "127.0.0.1";
   auto device = gloo::transport::tcp::CreateDevice(attr);
@@ -116,6 +117,11 @@ int run_rank(const Options& o, int rank, const std::string& store_dir) {
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, o.ranks);
   ctx->setTimeout(o.timeout);
   ctx->connectFullMesh(store, device);
+  // The slowest rank's setup: from its start to a connected context.
+  std::vector<double> setup{
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started)
+          .count()};
+  max_across_ranks(ctx, setup);
 
   for (const auto& algo : o.algos) {
     for (uint64_t bytes : o.sizes) {
@@ -147,7 +153,8 @@ int run_rank(const Options& o, int rank, const std::string& store_dir) {
                      .ranks = n,
                      .bytes = bytes,
                      .time_us = m.time_us,
-                     .iters = m.iters};
+                     .iters = m.iters,
+                     .setup_ms = setup[0]};
         std::printf("%s\n", cb::to_json(r).c_str());
         std::fflush(stdout);
       }

@@ -9,6 +9,7 @@
 // the same shape as `cohort bench allreduce --json`.
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -17,6 +18,8 @@
 #include "cohort/cli/bench_method.h"
 
 namespace {
+
+double g_setup_ms = -1;  // MPI_Init's time on the slowest rank
 
 namespace cb = cohort::bench;
 
@@ -72,7 +75,8 @@ int run(int argc, char** argv, int rank, int size) {
                    .ranks = size,
                    .bytes = bytes,
                    .time_us = m.time_us,
-                   .iters = m.iters};
+                   .iters = m.iters,
+                   .setup_ms = g_setup_ms};
       std::printf("%s\n", cb::to_json(r).c_str());
       std::fflush(stdout);
     }
@@ -83,7 +87,12 @@ int run(int argc, char** argv, int rank, int size) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const auto started = std::chrono::steady_clock::now();
   MPI_Init(&argc, &argv);
+  // The slowest rank's setup: MPI_Init, which wires the ranks up.
+  g_setup_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  MPI_Allreduce(MPI_IN_PLACE, &g_setup_ms, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);

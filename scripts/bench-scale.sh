@@ -3,6 +3,12 @@
 #
 #   scripts/bench-scale.sh            # or: make bench-scale (needs root: network namespaces)
 #
+# Scale on this host: 8 to 512 ranks as processes (oversubscribed, as every peer is), 4 KiB and
+# 1 MiB: communicator setup time (the slowest rank's, from its start to a communicator that can
+# run collectives: Cohort's store connection and create(), Gloo's FileStore and connectFullMesh,
+# Open MPI's MPI_Init) and allreduce time, for Cohort (auto: shared memory), Gloo (ring and
+# halving-doubling) and Open MPI (tcp and vader), each run bounded by BENCH_SCALE_TIMEOUT_S.
+#
 # Hierarchical against flat: on the emulated cluster (scripts/netcluster.sh, links limited with
 # tc tbf), H hosts x L ranks per host (the ranks of a host share its namespace, so they talk over
 # shared memory; hosts talk over their links), Cohort's hierarchical allreduce against its flat
@@ -10,7 +16,8 @@
 # Each host link then carries 2(n-1)/n of the buffer each way under the ring, 2(H-1)/H under the
 # hierarchical allreduce (n = H x L ranks): the cost model predicts the ratio of their times.
 #
-# Environment: BENCH_LAYOUTS ("2x2 2x4", HOSTSxRANKS), BENCH_RATE (1gbit), BENCH_SIZES
+# Environment: BENCH_SCALE_RANKS ("8 32 128 512"), BENCH_SCALE_TIMEOUT_S (120), BENCH_SCALE_ITERS
+# (10), BENCH_PARTS ("scale hierarchical"), BENCH_LAYOUTS ("2x2 2x4", HOSTSxRANKS), BENCH_RATE (1gbit), BENCH_SIZES
 # (1M,4M,16M,64M), BENCH_ROUNDS (2, interleaved; each configuration keeps its best median),
 # BENCH_BUILD_DIR (build/bench-compare), BENCH_OUTPUT (BENCHMARKS.md), BENCH_REPORT_ONLY=1.
 # Every configuration first waits for a quiet machine (scripts/lib/quiet.sh).
@@ -24,6 +31,12 @@ SIZES=${BENCH_SIZES:-1M,4M,16M,64M}
 ROUNDS=${BENCH_ROUNDS:-2}
 OUTPUT=${BENCH_OUTPUT:-$ROOT/BENCHMARKS.md}
 RESULTS=$BUILD/hierarchical-results.jsonl
+SCALE_RESULTS=$BUILD/scale-results.jsonl
+SCALE_RANKS=${BENCH_SCALE_RANKS:-8 32 128 512}
+SCALE_TIMEOUT=${BENCH_SCALE_TIMEOUT_S:-120}
+SCALE_ITERS=${BENCH_SCALE_ITERS:-10}
+PARTS=${BENCH_PARTS:-scale hierarchical}
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca pml ob1)
 NC=$ROOT/scripts/netcluster.sh
 export QUIET_LOG=$BUILD/hierarchical-load.tsv
 # shellcheck source=lib/quiet.sh
@@ -33,7 +46,43 @@ build() {
   echo "bench-scale: building in $BUILD"
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOHORT_WITH_TORCH=OFF \
     -DCOHORT_BUILD_TESTS=OFF -DCOHORT_BUILD_BENCH=ON >/dev/null
-  cmake --build "$BUILD" -j "$(nproc)" --target cohort
+  cmake --build "$BUILD" -j "$(nproc)" --target cohort gloo_allreduce mpi_allreduce
+}
+
+# One run of a library at one size of world; a run that fails or outlasts the bound leaves a
+# {"library":..., "failed":"why"} line instead.
+scale_run() {  # LIBRARY TRANSPORT RANKS CMD...
+  local lib=$1 transport=$2 n=$3 out rc
+  shift 3
+  wait_quiet "$lib $transport $n"
+  echo "bench-scale: $lib $transport, $n ranks"
+  rc=0
+  out=$(timeout -s KILL "$SCALE_TIMEOUT" "$@" 2>"$BUILD/scale-$lib-$transport-$n.err") || rc=$?
+  grep '^{' <<<"$out" >>"$SCALE_RESULTS" || true
+  if ((rc != 0)); then
+    local why="exit status $rc"
+    ((rc == 137)) && why="did not finish within ${SCALE_TIMEOUT} s"
+    printf '{"library":"%s","transport":"%s","ranks":%d,"failed":"%s"}\n' "$lib" "$transport" \
+      "$n" "$why" >>"$SCALE_RESULTS"
+  fi
+}
+
+measure_scale() {
+  local n common=(--sizes 4K,1M --iters "$SCALE_ITERS" --warmup 2)
+  local QUIET_LOG=$BUILD/scale-load.tsv  # wait_quiet's log for this part
+  : >"$SCALE_RESULTS"
+  : >"$QUIET_LOG"
+  for n in $SCALE_RANKS; do
+    scale_run cohort shm "$n" "$BUILD/cohort" bench allreduce --ranks "$n" "${common[@]}" \
+      --timeout $((SCALE_TIMEOUT * 1000)) --json
+    scale_run gloo tcp "$n" "$BUILD/bench/gloo_allreduce" --ranks "$n" "${common[@]}" \
+      --algo ring,halving_doubling
+    scale_run openmpi tcp "$n" "${MPIRUN[@]}" -np "$n" --mca btl tcp,self \
+      --mca btl_tcp_if_include lo "$BUILD/bench/mpi_allreduce" "${common[@]}" --transport tcp
+    scale_run openmpi vader "$n" "${MPIRUN[@]}" -np "$n" --mca btl vader,self \
+      "$BUILD/bench/mpi_allreduce" "${common[@]}" --transport vader
+  done
+  date -u '+%Y-%m-%d %H:%M UTC' >"$BUILD/scale-date"
 }
 
 # Inside a cluster of the largest host count: every layout uses its first H worker nodes.
@@ -71,10 +120,22 @@ measure() {
 }
 
 if [[ ${BENCH_REPORT_ONLY:-0} != 1 ]]; then
-  [[ $(id -u) == 0 ]] || { echo "bench-scale: needs root (network namespaces)" >&2; exit 2; }
   build
-  measure
+  if [[ " $PARTS " == *" scale "* ]]; then
+    measure_scale
+  fi
+  if [[ " $PARTS " == *" hierarchical "* ]]; then
+    [[ $(id -u) == 0 ]] || { echo "bench-scale: needs root (network namespaces)" >&2; exit 2; }
+    measure
+  fi
 fi
+if [[ -s $SCALE_RESULTS ]]; then
+  PYTHONPATH=$ROOT/scripts/lib python3 "$ROOT/scripts/lib/scale_report.py" "$SCALE_RESULTS" \
+    "$OUTPUT" "$(nproc) CPUs ($(lscpu | sed -n 's/^Model name: *//p' | head -1))" \
+    "scripts/bench-scale.sh (BENCH_SCALE_RANKS=\"$SCALE_RANKS\" BENCH_SCALE_ITERS=$SCALE_ITERS \
+BENCH_SCALE_TIMEOUT_S=$SCALE_TIMEOUT)" "$(cat "$BUILD/scale-date")" "$BUILD/scale-load.tsv"
+fi
+[[ -s $RESULTS ]] || exit 0
 
 MACHINE="$(nproc) CPUs ($(lscpu | sed -n 's/^Model name: *//p' | head -1)), Linux $(uname -r)"
 COMMAND="scripts/bench-scale.sh (BENCH_LAYOUTS=\"$LAYOUTS\" BENCH_RATE=$RATE BENCH_SIZES=$SIZES \

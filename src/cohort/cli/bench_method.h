@@ -49,6 +49,9 @@ struct Result {
   uint64_t bytes = 0;
   double time_us = 0;
   int iters = 0;
+  // Communicator setup, the slowest rank's: from its start (store or launcher connection
+  // included) until it could run a collective. Negative: not measured.
+  double setup_ms = -1;
 
   double algbw_gbps() const { return time_us > 0 ? bytes / (time_us * 1e-6) / 1e9 : 0; }
   double busbw_gbps() const { return ranks > 0 ? algbw_gbps() * 2.0 * (ranks - 1) / ranks : 0; }
@@ -63,7 +66,13 @@ inline std::string to_json(const Result& r) {
                 r.algorithm.c_str(), r.library.c_str(), r.transport.c_str(), r.ranks,
                 static_cast<unsigned long long>(r.bytes), r.time_us, r.algbw_gbps(), r.busbw_gbps(),
                 r.iters);
-  return buf;
+  std::string out = buf;
+  if (r.setup_ms >= 0) {
+    std::snprintf(buf, sizeof(buf), ",\"setup_ms\":%.3f}", r.setup_ms);
+    out.pop_back();
+    out += buf;
+  }
+  return out;
 }
 
 // "4K" -> 4096, "64M", "1G", "512" (binary suffixes, case-insensitive, optional trailing B/iB).

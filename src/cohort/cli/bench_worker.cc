@@ -8,6 +8,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "cohort/base/clock.h"
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
 #include "cohort/comm/communicator.h"
@@ -70,8 +71,9 @@ void check_sum(const std::vector<float>& buf, int n, comm::Algorithm algo, uint6
 
 class Worker {
  public:
-  Worker(const BenchOptions& o, int rank, store::Store& store, std::string token)
-      : o_(o), rank_(rank), store_(store), token_(std::move(token)) {}
+  Worker(const BenchOptions& o, int rank, store::Store& store, std::string token,
+         Clock::time_point started)
+      : o_(o), rank_(rank), store_(store), token_(std::move(token)), started_(started) {}
 
   void run() {
     comm::CommConfig config;
@@ -87,6 +89,12 @@ class Worker {
     config.transport = o_.transport;
     if (!o_.hosts.empty()) config.bind_host = o_.hosts[bench_host_of(o_, rank_)].addr;
     comm_ = comm::Communicator::create(store_, config);
+    // The slowest rank's setup, from its start to a communicator that can run collectives.
+    std::vector<double> setup{std::chrono::duration<double, std::milli>(Clock::now() - started_)
+                                  .count()};
+    wait(comm_->allreduce({.dtype = DType::F64, .data = setup.data(), .count = 1},
+                          {.op = comm::ReduceOp::Max}));
+    setup_ms_ = setup[0];
     for (size_t s = 0; s < o_.sizes.size(); ++s) run_size(s);
     wait(comm_->barrier());
   }
@@ -128,7 +136,8 @@ class Worker {
                       .ranks = o_.ranks,
                       .bytes = bytes,
                       .time_us = m.time_us,
-                      .iters = m.iters};
+                      .iters = m.iters,
+                      .setup_ms = setup_ms_};
       store_.set(bench_result_key(index), store::to_bytes(bench::to_json(r)));
     }
   }
@@ -150,13 +159,16 @@ class Worker {
   const int rank_;
   store::Store& store_;
   std::string token_;
+  const Clock::time_point started_;
   std::unique_ptr<comm::Communicator> comm_;
+  double setup_ms_ = -1;
   int issued_ = 0;
 };
 
 }  // namespace
 
 int run_bench_worker(const BenchOptions& options, int rank, const std::string& store_endpoint) {
+  const Clock::time_point started = Clock::now();
   log::set_context(rank);
   const char* token_env = std::getenv(kBenchTokenEnv);
   if (!token_env) {
@@ -175,7 +187,7 @@ int run_bench_worker(const BenchOptions& options, int rank, const std::string& s
   try {
     store = std::make_unique<store::TcpStore>(net::Endpoint::parse(store_endpoint), token,
                                               options.timeout);
-    worker = std::make_unique<Worker>(options, rank, *store, token);
+    worker = std::make_unique<Worker>(options, rank, *store, token, started);
     worker->run();
     return 0;
   } catch (const std::exception& e) {
