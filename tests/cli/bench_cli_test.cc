@@ -73,23 +73,6 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, BenchJson,
                                   info.param.transport;
                          });
 
-// 256 separate processes, each verifying its sums: a world above the full-mesh size, whose pairs
-// connect on first use, and a store serving every rank at once.
-TEST(BenchCli, A256RankWorldOfProcessesAllreduces) {
-  CohortProcess p({"bench", "allreduce", "--ranks", "256", "--sizes", "4K,64K", "--iters", "3",
-                   "--warmup", "1", "--timeout", "60000", "--json"});
-  auto st = p.wait_for(150s);
-  ASSERT_TRUE(st) << "launcher still running after 150 s\n" << p.err();
-  ASSERT_TRUE(exited_with(st, 0)) << p.err();
-  auto lines = json_lines(p.out());
-  ASSERT_EQ(lines.size(), 2u) << p.out();
-  for (const auto& j : lines) {
-    EXPECT_EQ(j["ranks"], 256);
-    EXPECT_GT(j["time_us"].get<double>(), 0);
-  }
-  EXPECT_TRUE(p.reap_group(10s)) << "ranks left behind";
-}
-
 TEST(BenchCli, PrintsAnAlignedTableWithoutJson) {
   CohortProcess p(
       {"bench", "allreduce", "--ranks", "2", "--sizes", "4K,1M", "--iters", "10", "--warmup", "1"});

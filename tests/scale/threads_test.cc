@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "../comm/world.h"
 #include "cohort/comm/communicator.h"
-#include "world.h"
 
 namespace cohort::comm {
 namespace {

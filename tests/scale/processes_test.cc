@@ -1,0 +1,34 @@
+// A world of 256 separate processes (`cohort bench allreduce`), each verifying its sums.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "../cli/cohort_process.h"
+
+namespace cohort::testing {
+namespace {
+
+// 256 separate processes, each verifying its sums: a world above the full-mesh size, whose pairs
+// connect on first use, and a store serving every rank at once.
+TEST(Processes, A256RankWorldAllreduces) {
+  CohortProcess p({"bench", "allreduce", "--ranks", "256", "--sizes", "4K,64K", "--iters", "3",
+                   "--warmup", "1", "--timeout", "60000", "--json"});
+  auto st = p.wait_for(150s);
+  ASSERT_TRUE(st) << "launcher still running after 150 s\n" << p.err();
+  ASSERT_TRUE(exited_with(st, 0)) << p.err();
+  std::vector<nlohmann::json> lines;
+  std::istringstream out(p.out());
+  for (std::string line; std::getline(out, line);) {
+    if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(lines.size(), 2u) << p.out();
+  for (const auto& j : lines) {
+    EXPECT_EQ(j["ranks"], 256);
+    EXPECT_GT(j["time_us"].get<double>(), 0);
+  }
+  EXPECT_TRUE(p.reap_group(10s)) << "ranks left behind";
+}
+
+}  // namespace
+}  // namespace cohort::testing
