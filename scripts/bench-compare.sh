@@ -89,6 +89,7 @@ PYTHONPATH=$ROOT/scripts/lib python3 - "$RESULTS" "$OUTPUT" "$MACHINE" "$COMMAND
   "$BUILD/memcpy-results.jsonl" <<'EOF'
 import json, re, sys, os
 from quiet_report import busy_labels, load_note
+from report_text import human
 
 results, output, machine, command, elapsed, date, load_before, load_after, quiet_log = sys.argv[1:10]
 memcpy = {r["bytes"]: r["copy_gbps"] for r in map(json.loads, open(sys.argv[10]))}
@@ -115,13 +116,6 @@ COLUMNS = [  # (label, library, transport, algorithm)
 ]
 ranks = sorted({k[3] for k in best})
 sizes = sorted({k[4] for k in best})
-
-def human(b):
-    for unit in ["B", "KiB", "MiB", "GiB"]:
-        if b < 1024 or b % 1024:
-            return f"{b} {unit}"
-        b //= 1024
-    return f"{b} TiB"
 
 def get(col, n, b):
     return best.get((col[1], col[2], col[3], n, b))

@@ -143,8 +143,9 @@ BENCH_ROUNDS=$ROUNDS)"
 
 PYTHONPATH=$ROOT/scripts/lib python3 - "$RESULTS" "$OUTPUT" "$MACHINE" "$COMMAND" \
   "$(cat "$BUILD/hierarchical-elapsed")" "$(cat "$BUILD/hierarchical-date")" "$QUIET_LOG" <<'EOF'
-import json, os, re, sys
+import json, re, sys
 from quiet_report import busy_labels, load_note
+from report_text import human, write_section
 
 results, output, machine, command, elapsed, date, quiet_log = sys.argv[1:8]
 BEGIN, END = "<!-- hierarchical:begin -->", "<!-- hierarchical:end -->"
@@ -159,13 +160,6 @@ busy = {re.sub(r" r\d+$", "", label) for label in busy_labels(quiet_log)}
 layouts = sorted({k[0] for k in best}, key=lambda l: [int(x) for x in l.split("x")])
 sizes = sorted({k[2] for k in best})
 rate = next(iter(best.values()))["rate"] if best else "?"
-
-def human(b):
-    for unit in ["B", "KiB", "MiB", "GiB"]:
-        if b < 1024 or b % 1024:
-            return f"{b} {unit}"
-        b //= 1024
-    return f"{b} TiB"
 
 TARGET = {"2x2": 1.3, "2x4": 1.5}
 out = [BEGIN, "", "## Hierarchical allreduce against the flat ring (emulated cluster)", "",
@@ -204,13 +198,5 @@ for layout in layouts:
                    f"| {hier['busbw_gbps']:.3f} | {speed:.2f} | {model:.2f} "
                    f"| {speed / model:.2f} | {verdict} |")
 out += ["", END]
-
-text = open(output).read() if os.path.exists(output) else ""
-block = "\n".join(out)
-if BEGIN in text and END in text:
-    text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
-else:
-    text = text.rstrip("\n") + "\n\n" + block + "\n"
-open(output, "w").write(text)
-print(block)
+print(write_section(output, BEGIN, END, out))
 EOF

@@ -1,10 +1,9 @@
 """The scale section of BENCHMARKS.md, from scripts/bench-scale.sh's results (one JSON per line)."""
 import json
-import os
-import re
 import sys
 
 from quiet_report import busy_labels, load_note
+from report_text import write_section
 
 results, output, machine, command, date, quiet_log = sys.argv[1:7]
 BEGIN, END = "<!-- scale:begin -->", "<!-- scale:end -->"
@@ -93,12 +92,4 @@ if lo and hi:
     out += ["", f"Cohort's setup per rank: {lo:.2f} ms at 32 ranks, {hi:.2f} ms at 512: "
             f"{hi / lo:.2f}× (target ≤ 1.5×: {'met' if hi / lo <= 1.5 else 'MISSED'})."]
 out += ["", END]
-
-text = open(output).read() if os.path.exists(output) else ""
-block = "\n".join(out)
-if BEGIN in text and END in text:
-    text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
-else:
-    text = text.rstrip("\n") + "\n\n" + block + "\n"
-open(output, "w").write(text)
-print(block)
+print(write_section(output, BEGIN, END, out))
