@@ -36,16 +36,15 @@ struct Piece {
 // The context's members grouped by host, hosts in the order of their first member.
 std::vector<std::vector<int>> members_by_host(const OpContext& ctx) {
   std::vector<std::vector<int>> hosts;
-  std::vector<int> host_ids;
+  std::vector<int> slot(static_cast<size_t>(ctx.mesh.hosts()), -1);  // mesh host -> hosts[i]
   for (int i = 0; i < ctx.size(); ++i) {
-    const int m = ctx.mesh_rank(i), h = ctx.mesh.host_of(m);
-    auto it = std::find(host_ids.begin(), host_ids.end(), h);
-    if (it == host_ids.end()) {
-      host_ids.push_back(h);
+    const int m = ctx.mesh_rank(i);
+    int& h = slot[static_cast<size_t>(ctx.mesh.host_of(m))];
+    if (h < 0) {
+      h = static_cast<int>(hosts.size());
       hosts.emplace_back();
-      it = host_ids.end() - 1;
     }
-    hosts[static_cast<size_t>(it - host_ids.begin())].push_back(m);
+    hosts[static_cast<size_t>(h)].push_back(m);
   }
   return hosts;
 }

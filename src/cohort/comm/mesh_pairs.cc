@@ -89,6 +89,10 @@ std::optional<ShmSegment> open_segment(const std::string& offer, int peer, std::
   }
 }
 
+// A TCP pair over the link's connection, with the socket buffers of a same-host or a cross-host
+// connection (CommConfig::socket_buffer_bytes, remote_socket_buffer_bytes).
+std::unique_ptr<transport::Pair> tcp_pair(const CommConfig& o, int peer, PeerLink& link);
+
 }  // namespace
 
 size_t shm_ring_bytes_for_pairs(const CommConfig& o, uint64_t pairs) {
@@ -223,14 +227,23 @@ std::unique_ptr<transport::Pair> make_pair(const CommConfig& o, int peer, PeerLi
     spdlog::warn("communicator (rank {}): no shared memory with rank {} on this host ({}); TCP",
                  o.rank, peer, refused);
   }
-  const int buffer = local ? o.socket_buffer_bytes : o.remote_socket_buffer_bytes;
-  if (buffer > 0) link.sock.set_buffer_sizes(buffer);
-  return std::make_unique<transport::TcpPair>(peer, std::move(link.sock));
+  return tcp_pair(o, peer, link);
 }
 
 const std::string& this_host(const CommConfig& o) {
   return o.host_id.empty() ? transport::host_identity() : o.host_id;
 }
+
+namespace {
+
+std::unique_ptr<transport::Pair> tcp_pair(const CommConfig& o, int peer, PeerLink& link) {
+  const int buffer =
+      link.host == this_host(o) ? o.socket_buffer_bytes : o.remote_socket_buffer_bytes;
+  if (buffer > 0) link.sock.set_buffer_sizes(buffer);
+  return std::make_unique<transport::TcpPair>(peer, std::move(link.sock));
+}
+
+}  // namespace
 
 std::vector<std::unique_ptr<transport::Pair>> make_pairs(const CommConfig& o,
                                                          std::vector<PeerLink>& links,
@@ -324,11 +337,7 @@ std::vector<std::unique_ptr<transport::Pair>> make_pairs(const CommConfig& o,
   }
   for (int r = 0; r < o.size; ++r) {
     if (r == o.rank || pairs[static_cast<size_t>(r)]) continue;
-    net::Socket& s = links[static_cast<size_t>(r)].sock;
-    const int buffer = links[static_cast<size_t>(r)].host == here ? o.socket_buffer_bytes
-                                                                  : o.remote_socket_buffer_bytes;
-    if (buffer > 0) s.set_buffer_sizes(buffer);
-    pairs[static_cast<size_t>(r)] = std::make_unique<transport::TcpPair>(r, std::move(s));
+    pairs[static_cast<size_t>(r)] = tcp_pair(o, r, links[static_cast<size_t>(r)]);
   }
   return pairs;
 }

@@ -3,22 +3,17 @@
 #include <algorithm>
 #include <array>
 
+#include "cohort/base/checksum.h"
 #include "cohort/base/error.h"
 #include "cohort/comm/tcp_communicator.h"
 
 namespace cohort::comm {
 namespace {
 
-// FNV-1a over the list, so that ranks can compare lists of any length in fixed space.
+// What every rank compares to see that all passed the same list (a mismatch is a caller's
+// mistake, not an attack: a checksum of the list and its length is enough).
 uint64_t digest(const std::vector<int>& ranks) {
-  uint64_t h = 1469598103934665603ull;
-  for (int r : ranks) {
-    for (int b = 0; b < 4; ++b) {
-      h ^= static_cast<uint8_t>(static_cast<uint32_t>(r) >> (8 * b));
-      h *= 1099511628211ull;
-    }
-  }
-  return h ^ ranks.size();
+  return uint64_t{crc32(ranks.data(), ranks.size() * sizeof(int))} << 32 | ranks.size();
 }
 
 }  // namespace
