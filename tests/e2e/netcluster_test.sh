@@ -33,6 +33,12 @@ if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then skip "needs ip
 command -v python3 >/dev/null || skip "needs python3 (the transfer probe)"
 probe=cnc-probe-$$
 ip netns add "$probe" 2>/dev/null || skip "cannot create a network namespace"
+# `ip netns exec` remounts / as a slave in a mount namespace of its own, which a chroot (whose / is
+# not a mount point) refuses: namespaces exist there, but nothing can run in them.
+if ! why=$(ip netns exec "$probe" true 2>&1); then
+  ip netns del "$probe"
+  skip "cannot run a command in a network namespace here: $why"
+fi
 ip netns del "$probe"
 
 TMP=$(mktemp -d /tmp/cohort-netcluster-test-XXXXXX)
