@@ -14,6 +14,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev clang libclang-rt-14-dev
   # training: libtorch with a fast BLAS, and the reference data set
   libtorch-dev libopenblas0-pthread dataset-fashion-mnist
+  # the Python package (torch.distributed backend "cohort"): pybind11 and the interpreter's headers
+  pybind11-dev python3-dev
   # gradient compression: PowerSGD's matrix products (cblas)
   libopenblas-dev
   # peers measured against in BENCHMARKS.md

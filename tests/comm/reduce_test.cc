@@ -7,7 +7,9 @@
 #include <random>
 #include <vector>
 
+#include "cohort/base/error.h"
 #include "cohort/comm/half.h"
+#include "data.h"
 
 namespace cohort::comm {
 namespace {
@@ -16,11 +18,11 @@ TEST(HalfConversion, F16KnownValues) {
   EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
   EXPECT_EQ(f32_to_f16(-2.0f), 0xc000);
   EXPECT_EQ(f32_to_f16(65504.0f), 0x7bff);
-  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);                  // halfway to 2^16 rounds to inf
-  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);      // smallest subnormal
-  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);      // tie -> even (zero)
-  EXPECT_EQ(f32_to_f16(std::ldexp(1.5f, -24)), 0x0002);      // tie -> even (2)
-  EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie below -> even
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);                          // halfway to 2^16 rounds to inf
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);             // smallest subnormal
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);             // tie -> even (zero)
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.5f, -24)), 0x0002);             // tie -> even (2)
+  EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);      // tie below -> even
   EXPECT_EQ(f32_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);  // tie above -> even
   EXPECT_EQ(f32_to_f16(INFINITY), 0x7c00);
   EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(NAN))));
@@ -74,24 +76,82 @@ TEST(HalfConversion, Bf16RoundsToNearestEven) {
 
 double to_double(DType dt, const uint8_t* p) {
   switch (dt) {
-    case DType::F32: { float v; std::memcpy(&v, p, 4); return v; }
-    case DType::F64: { double v; std::memcpy(&v, p, 8); return v; }
-    case DType::F16: { uint16_t v; std::memcpy(&v, p, 2); return f16_to_f32(v); }
-    case DType::BF16: { uint16_t v; std::memcpy(&v, p, 2); return bf16_to_f32(v); }
-    case DType::I32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-    case DType::I64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+    case DType::F32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::F64: {
+      double v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    case DType::F16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return f16_to_f32(v);
+    }
+    case DType::BF16: {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return bf16_to_f32(v);
+    }
+    case DType::I32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::I64: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return static_cast<double>(v);
+    }
+    case DType::I8:
+      return static_cast<int8_t>(*p);
+    case DType::U8:
+    case DType::Bool:
+      return *p;
   }
   return 0;
 }
 
 void from_double(DType dt, double x, uint8_t* p) {
   switch (dt) {
-    case DType::F32: { float v = static_cast<float>(x); std::memcpy(p, &v, 4); break; }
-    case DType::F64: std::memcpy(p, &x, 8); break;
-    case DType::F16: { uint16_t v = f32_to_f16(static_cast<float>(x)); std::memcpy(p, &v, 2); break; }
-    case DType::BF16: { uint16_t v = f32_to_bf16(static_cast<float>(x)); std::memcpy(p, &v, 2); break; }
-    case DType::I32: { int32_t v = static_cast<int32_t>(x); std::memcpy(p, &v, 4); break; }
-    case DType::I64: { int64_t v = static_cast<int64_t>(x); std::memcpy(p, &v, 8); break; }
+    case DType::F32: {
+      float v = static_cast<float>(x);
+      std::memcpy(p, &v, 4);
+      break;
+    }
+    case DType::F64:
+      std::memcpy(p, &x, 8);
+      break;
+    case DType::F16: {
+      uint16_t v = f32_to_f16(static_cast<float>(x));
+      std::memcpy(p, &v, 2);
+      break;
+    }
+    case DType::BF16: {
+      uint16_t v = f32_to_bf16(static_cast<float>(x));
+      std::memcpy(p, &v, 2);
+      break;
+    }
+    case DType::I32: {
+      int32_t v = static_cast<int32_t>(x);
+      std::memcpy(p, &v, 4);
+      break;
+    }
+    case DType::I64: {
+      int64_t v = static_cast<int64_t>(x);
+      std::memcpy(p, &v, 8);
+      break;
+    }
+    case DType::I8:
+    case DType::U8:
+      *p = static_cast<uint8_t>(static_cast<int64_t>(x));
+      break;
+    case DType::Bool:
+      *p = x != 0;
+      break;
   }
 }
 
@@ -111,7 +171,9 @@ TEST_P(ReduceKernel, MatchesScalarReference) {
       from_double(dt, small(rng) * (dtype_is_float(dt) ? 0.25 : 1.0), a.data() + i * es);
       from_double(dt, small(rng) * (dtype_is_float(dt) ? 0.25 : 1.0), b.data() + i * es);
       double x = to_double(dt, a.data() + i * es), y = to_double(dt, b.data() + i * es);
-      double r = op == ReduceOp::Max ? std::max(x, y) : op == ReduceOp::Min ? std::min(x, y) : x + y;
+      double r = op == ReduceOp::Max   ? std::max(x, y)
+                 : op == ReduceOp::Min ? std::min(x, y)
+                                       : x + y;
       from_double(dt, r, want.data() + i * es);
     }
     reduce(dt, op, d.data(), a.data(), b.data(), n);
@@ -122,7 +184,7 @@ TEST_P(ReduceKernel, MatchesScalarReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypesAndOps, ReduceKernel,
-                         ::testing::Combine(::testing::ValuesIn(kAllDTypes),
+                         ::testing::Combine(::testing::ValuesIn(kWideDTypes),
                                             ::testing::Values(ReduceOp::Sum, ReduceOp::Avg,
                                                               ReduceOp::Max, ReduceOp::Min)),
                          [](const auto& info) {
@@ -170,6 +232,61 @@ TEST(ReduceKernel, DivideTruncatesIntegersAndRoundsFloats) {
   EXPECT_EQ(h[0], f32_to_f16(1.0f / 3.0f));
   divide(DType::BF16, h + 1, 1, 4);
   EXPECT_EQ(bf16_to_f32(h[1]), 1.5f);
+}
+
+// Every type with every reduction that applies to it (product, bitwise, the one-byte types and
+// bool included) against the test data's reference (data.h), in place and out of place.
+TEST(ReduceKernel, EveryTypeWithEveryReductionThatAppliesToIt) {
+  const ReduceOp ops[] = {ReduceOp::Sum,  ReduceOp::Max, ReduceOp::Min, ReduceOp::Product,
+                          ReduceOp::BAnd, ReduceOp::BOr, ReduceOp::BXor};
+  int checked = 0;
+  for (DType dt : kAllDTypes) {
+    for (ReduceOp op : ops) {
+      const bool bitwise = op == ReduceOp::BAnd || op == ReduceOp::BOr || op == ReduceOp::BXor;
+      if (bitwise && dtype_is_float(dt)) {
+        EXPECT_THROW(check_reduction(dt, op, "allreduce"), ConfigError);
+        continue;
+      }
+      check_reduction(dt, op, "allreduce");
+      for (size_t n : {1, 7, 33, 1000}) {
+        auto a = testing::make_input(dt, 0, n, 0, op), b = testing::make_input(dt, 1, n, 0, op);
+        std::vector<uint8_t> d(a.size());
+        reduce(dt, op, d.data(), a.data(), b.data(), n);
+        ASSERT_TRUE(testing::matches_reduction(dt, op, 2, d.data(), n));
+        reduce(dt, op, a.data(), a.data(), b.data(), n);
+        ASSERT_TRUE(testing::matches_reduction(dt, op, 2, a.data(), n)) << "in place";
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 4 * (4 * 4 + 5 * 7));  // 4 lengths x (float types x 4 ops + the rest x 7)
+}
+
+TEST(ReduceKernel, ByteIntegersWrapAndBoolStaysZeroOrOne) {
+  int8_t a[3] = {127, -128, 100}, b[3] = {1, -1, 2}, d[3];
+  reduce(DType::I8, ReduceOp::Sum, d, a, b, 3);
+  EXPECT_EQ(d[0], -128);
+  EXPECT_EQ(d[1], 127);
+  reduce(DType::I8, ReduceOp::Product, d, a, b, 3);
+  EXPECT_EQ(d[2], -56);  // 200 wraps to -56
+  uint8_t u[2] = {250, 3}, v[2] = {10, 200}, w[2];
+  reduce(DType::U8, ReduceOp::Sum, w, u, v, 2);
+  EXPECT_EQ(w[0], 4);
+  EXPECT_EQ(w[1], 203);
+  reduce(DType::U8, ReduceOp::Max, w, u, v, 2);  // unsigned comparison
+  EXPECT_EQ(w[0], 250);
+  uint8_t x[4] = {0, 0, 1, 1}, y[4] = {0, 1, 0, 1}, z[4];
+  reduce(DType::Bool, ReduceOp::Sum, z, x, y, 4);
+  EXPECT_EQ(std::vector<uint8_t>(z, z + 4), (std::vector<uint8_t>{0, 1, 1, 1}));
+  reduce(DType::Bool, ReduceOp::Product, z, x, y, 4);
+  EXPECT_EQ(std::vector<uint8_t>(z, z + 4), (std::vector<uint8_t>{0, 0, 0, 1}));
+  reduce(DType::Bool, ReduceOp::BXor, z, x, y, 4);
+  EXPECT_EQ(std::vector<uint8_t>(z, z + 4), (std::vector<uint8_t>{0, 1, 1, 0}));
+  EXPECT_THROW(check_reduction(DType::Bool, ReduceOp::Avg, "allreduce"), ConfigError);
+  int8_t q[2] = {-7, 9};
+  divide(DType::I8, q, 2, 2);
+  EXPECT_EQ(q[0], -3);
+  EXPECT_EQ(q[1], 4);
 }
 
 }  // namespace

@@ -152,6 +152,17 @@ void allreduce_encoded(OpContext& ctx, Buffer buf, Encoding& encoding, ReduceOp 
 void allgatherv_ring(OpContext& ctx, Buffer in, GatheredBlocks* out);
 void broadcast(OpContext& ctx, Buffer buf, int root);
 void barrier(OpContext& ctx);
+// rooted.cc: the root's buf ends with the reduction; the others' is left as it was.
+void reduce_to_root(OpContext& ctx, Buffer buf, ReduceOp op, int root);
+// out (the root's only) holds size() blocks of in.count elements, block r from rank r.
+void gather_to_root(OpContext& ctx, Buffer in, Buffer out, int root);
+// in (the root's only) holds size() blocks of out.count elements, block r for rank r.
+void scatter_from_root(OpContext& ctx, Buffer in, Buffer out, int root);
+// Elements, per peer: what this rank sends to and receives from each rank, and where.
+struct AllToAllLayout {
+  std::vector<size_t> send_counts, send_offsets, recv_counts, recv_offsets;
+};
+void all_to_all(OpContext& ctx, Buffer in, Buffer out, const AllToAllLayout& layout);
 void send_message(OpContext& ctx, Buffer buf, int dst);
 void recv_message(OpContext& ctx, Buffer buf, int src);
 

@@ -165,6 +165,18 @@ class Communicator {
                                            const CollectiveOptions& opts = {}) = 0;
   virtual std::shared_ptr<Work> broadcast(Buffer buf, const BroadcastOptions& opts = {}) = 0;
   virtual std::shared_ptr<Work> barrier(const CollectiveOptions& opts = {}) = 0;
+  // The root's buf ends with the reduction of every rank's buf; the others' are unchanged.
+  virtual std::shared_ptr<Work> reduce(Buffer buf, const ReduceOptions& opts = {}) = 0;
+  // On the root, out.count == in.count * size() and block r of out is rank r's in; elsewhere out
+  // is not used.
+  virtual std::shared_ptr<Work> gather(Buffer in, Buffer out, const RootedOptions& opts = {}) = 0;
+  // On the root, in.count == out.count * size() and rank r receives block r; elsewhere in is not
+  // used.
+  virtual std::shared_ptr<Work> scatter(Buffer in, Buffer out, const RootedOptions& opts = {}) = 0;
+  // Block r of in goes to rank r, block r of out comes from rank r (AllToAllOptions: equal blocks
+  // or counts per rank).
+  virtual std::shared_ptr<Work> all_to_all(Buffer in, Buffer out,
+                                           const AllToAllOptions& opts = {}) = 0;
   virtual std::shared_ptr<Work> send(Buffer buf, int dst, const PointToPointOptions& opts = {}) = 0;
   virtual std::shared_ptr<Work> recv(Buffer buf, int src, const PointToPointOptions& opts = {}) = 0;
 

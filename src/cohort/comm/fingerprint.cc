@@ -23,7 +23,14 @@ std::string describe_fingerprint(const Fingerprint& f) {
   if (kind == OpKind::Allreduce) {
     s += ", " + std::string(algorithm_name(static_cast<Algorithm>(f.algorithm)));
   }
-  if (kind == OpKind::Broadcast) s += " from root " + std::to_string(f.detail);
+  if (kind == OpKind::Broadcast || kind == OpKind::Scatter) {
+    s += " from root " + std::to_string(f.detail);
+  }
+  if (kind == OpKind::Gather) s += " to root " + std::to_string(f.detail);
+  if (kind == OpKind::Reduce) {
+    s += ", " + std::string(reduce_op_name(static_cast<ReduceOp>(f.detail & 0xff))) + " to root " +
+         std::to_string(f.detail >> 8);
+  }
   return s;
 }
 

@@ -51,16 +51,42 @@ struct Min {
   }
 };
 
+struct Prod {
+  template <typename T>
+  static COHORT_INLINE T apply(T x, T y) {
+    return x * y;
+  }
+};
+struct BAnd {
+  template <typename T>
+  static COHORT_INLINE T apply(T x, T y) {
+    return x & y;
+  }
+};
+struct BOr {
+  template <typename T>
+  static COHORT_INLINE T apply(T x, T y) {
+    return x | y;
+  }
+};
+struct BXor {
+  template <typename T>
+  static COHORT_INLINE T apply(T x, T y) {
+    return x ^ y;
+  }
+};
+
 template <typename T, typename Op>
 COHORT_INLINE void loop(T* dst, const T* a, const T* b, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = Op::apply(a[i], b[i]);
 }
 
-// Integer sums go through the unsigned type: wrap-around is defined there.
-template <typename S, typename U>
-COHORT_INLINE void int_sum(void* dst, const void* a, const void* b, size_t n) {
+// Integer sums and products go through the unsigned type: wrap-around is defined there (and is
+// the same two's-complement result as the signed one).
+template <typename S, typename U, typename Op>
+COHORT_INLINE void int_wrap(void* dst, const void* a, const void* b, size_t n) {
   static_assert(sizeof(S) == sizeof(U));
-  loop<U, Sum>(static_cast<U*>(dst), static_cast<const U*>(a), static_cast<const U*>(b), n);
+  loop<U, Op>(static_cast<U*>(dst), static_cast<const U*>(a), static_cast<const U*>(b), n);
 }
 
 template <typename Op>
@@ -110,19 +136,28 @@ bool have_avx2() {
 COHORT_KERNEL(sum_f32, float, Sum)
 COHORT_KERNEL(max_f32, float, Max)
 COHORT_KERNEL(min_f32, float, Min)
+COHORT_KERNEL(prod_f32, float, Prod)
 COHORT_KERNEL(sum_f64, double, Sum)
 COHORT_KERNEL(max_f64, double, Max)
 COHORT_KERNEL(min_f64, double, Min)
-COHORT_KERNEL(max_i32, int32_t, Max)
-COHORT_KERNEL(min_i32, int32_t, Min)
-COHORT_KERNEL(max_i64, int64_t, Max)
-COHORT_KERNEL(min_i64, int64_t, Min)
+COHORT_KERNEL(prod_f64, double, Prod)
+// Integers: max, min and the bitwise operations on the type itself; sum and product wrap.
+#define COHORT_INT_KERNELS(suffix, S, U)                                   \
+  COHORT_KERNEL(max_##suffix, S, Max)                                      \
+  COHORT_KERNEL(min_##suffix, S, Min)                                      \
+  COHORT_KERNEL(band_##suffix, U, BAnd)                                    \
+  COHORT_KERNEL(bor_##suffix, U, BOr)                                      \
+  COHORT_KERNEL(bxor_##suffix, U, BXor)                                    \
+  COHORT_DISPATCH(sum_##suffix, COHORT_KERNEL_PARAMS, COHORT_KERNEL_ARGS,  \
+                  (int_wrap<S, U, Sum>(d, a, b, n)))                       \
+  COHORT_DISPATCH(prod_##suffix, COHORT_KERNEL_PARAMS, COHORT_KERNEL_ARGS, \
+                  (int_wrap<S, U, Prod>(d, a, b, n)))
+COHORT_INT_KERNELS(i32, int32_t, uint32_t)
+COHORT_INT_KERNELS(i64, int64_t, uint64_t)
+COHORT_INT_KERNELS(i8, int8_t, uint8_t)
+COHORT_INT_KERNELS(u8, uint8_t, uint8_t)
+#undef COHORT_INT_KERNELS
 #undef COHORT_KERNEL
-
-COHORT_DISPATCH(sum_i32, COHORT_KERNEL_PARAMS, COHORT_KERNEL_ARGS,
-                (int_sum<int32_t, uint32_t>(d, a, b, n)))
-COHORT_DISPATCH(sum_i64, COHORT_KERNEL_PARAMS, COHORT_KERNEL_ARGS,
-                (int_sum<int64_t, uint64_t>(d, a, b, n)))
 
 #define COHORT_BF16_KERNEL(name, OP)                                                         \
   COHORT_DISPATCH(name, COHORT_KERNEL_PARAMS, COHORT_KERNEL_ARGS,                            \
@@ -131,6 +166,7 @@ COHORT_DISPATCH(sum_i64, COHORT_KERNEL_PARAMS, COHORT_KERNEL_ARGS,
 COHORT_BF16_KERNEL(sum_bf16, Sum)
 COHORT_BF16_KERNEL(max_bf16, Max)
 COHORT_BF16_KERNEL(min_bf16, Min)
+COHORT_BF16_KERNEL(prod_bf16, Prod)
 #undef COHORT_BF16_KERNEL
 
 #if COHORT_X86
@@ -146,6 +182,8 @@ __attribute__((target("avx2,f16c"))) void f16_loop_f16c(uint16_t* dst, const uin
     __m256 r;
     if constexpr (std::is_same_v<Op, Sum>) {
       r = _mm256_add_ps(x, y);
+    } else if constexpr (std::is_same_v<Op, Prod>) {
+      r = _mm256_mul_ps(x, y);
     } else if constexpr (std::is_same_v<Op, Max>) {
       r = _mm256_max_ps(y, x);  // x < y ? y : x, like Max::apply
     } else {
@@ -186,23 +224,65 @@ void f16_kernel(void* d, const void* a, const void* b, size_t n) {
 
 using Kernel = void (*)(void*, const void*, const void*, size_t);
 
-Kernel pick(DType dt, ReduceOp op) {
-  const int o = op == ReduceOp::Max ? 1 : op == ReduceOp::Min ? 2 : 0;  // Avg reduces as Sum
+// Each type's kernels; null where the operation does not apply to the type.
+struct Kernels {
+  Kernel sum, max, min, prod, band, bor, bxor;
+};
+
+Kernels kernels_of(DType dt) {
   switch (dt) {
     case DType::F32:
-      return o == 0 ? sum_f32 : o == 1 ? max_f32 : min_f32;
+      return {sum_f32, max_f32, min_f32, prod_f32, nullptr, nullptr, nullptr};
     case DType::F64:
-      return o == 0 ? sum_f64 : o == 1 ? max_f64 : min_f64;
-    case DType::I32:
-      return o == 0 ? sum_i32 : o == 1 ? max_i32 : min_i32;
-    case DType::I64:
-      return o == 0 ? sum_i64 : o == 1 ? max_i64 : min_i64;
+      return {sum_f64, max_f64, min_f64, prod_f64, nullptr, nullptr, nullptr};
     case DType::BF16:
-      return o == 0 ? sum_bf16 : o == 1 ? max_bf16 : min_bf16;
+      return {sum_bf16, max_bf16, min_bf16, prod_bf16, nullptr, nullptr, nullptr};
     case DType::F16:
-      return o == 0 ? f16_kernel<Sum> : o == 1 ? f16_kernel<Max> : f16_kernel<Min>;
+      return {f16_kernel<Sum>, f16_kernel<Max>, f16_kernel<Min>, f16_kernel<Prod>,
+              nullptr,         nullptr,         nullptr};
+    case DType::I32:
+      return {sum_i32, max_i32, min_i32, prod_i32, band_i32, bor_i32, bxor_i32};
+    case DType::I64:
+      return {sum_i64, max_i64, min_i64, prod_i64, band_i64, bor_i64, bxor_i64};
+    case DType::I8:
+      return {sum_i8, max_i8, min_i8, prod_i8, band_i8, bor_i8, bxor_i8};
+    case DType::U8:
+      return {sum_u8, max_u8, min_u8, prod_u8, band_u8, bor_u8, bxor_u8};
+    // A byte of 0 or 1: "or" (sum, max), "and" (min, product) and "xor" keep it one.
+    case DType::Bool:
+      return {bor_u8, bor_u8, band_u8, band_u8, band_u8, bor_u8, bxor_u8};
   }
-  throw Error("reduce: unknown dtype " + std::to_string(static_cast<int>(dt)));
+  return {};
+}
+
+Kernel kernel_of(DType dt, ReduceOp op) {
+  const Kernels k = kernels_of(dt);
+  switch (op) {
+    case ReduceOp::Sum:
+      return k.sum;
+    case ReduceOp::Avg:
+      return dt == DType::Bool ? nullptr : k.sum;  // divided at the end
+    case ReduceOp::Max:
+      return k.max;
+    case ReduceOp::Min:
+      return k.min;
+    case ReduceOp::Product:
+      return k.prod;
+    case ReduceOp::BAnd:
+      return k.band;
+    case ReduceOp::BOr:
+      return k.bor;
+    case ReduceOp::BXor:
+      return k.bxor;
+  }
+  return nullptr;
+}
+
+Kernel pick(DType dt, ReduceOp op) {
+  if (Kernel k = kernel_of(dt, op)) return k;
+  check_reduction(dt, op, "reduce");
+  throw Error("reduce: no kernel for " + std::string(reduce_op_name(op)) + " of " +
+              std::string(dtype_name(dt)));
 }
 
 template <typename T>
@@ -220,6 +300,14 @@ void div_i32(void* p, size_t n, int d) {
 void div_i64(void* p, size_t n, int d) {
   div_loop(static_cast<int64_t*>(p), n, int64_t{d});
 }
+void div_i8(void* p, size_t n, int d) {
+  auto* v = static_cast<int8_t*>(p);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<int8_t>(v[i] / d);
+}
+void div_u8(void* p, size_t n, int d) {
+  auto* v = static_cast<uint8_t*>(p);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(v[i] / d);
+}
 COHORT_INLINE void div_bf16_loop(uint16_t* h, size_t n, float df) {
   for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(bf16_to_f32(h[i]) / df);
 }
@@ -232,6 +320,21 @@ void div_f16(void* p, size_t n, int d) {
 }
 
 }  // namespace
+
+void check_reduction(DType dtype, ReduceOp op, const char* what) {
+  const bool bitwise = op == ReduceOp::BAnd || op == ReduceOp::BOr || op == ReduceOp::BXor;
+  if (bitwise && dtype_is_float(dtype)) {
+    throw ConfigError(std::string(what) + ": " + std::string(reduce_op_name(op)) +
+                      " needs integer or bool data, got " + std::string(dtype_name(dtype)));
+  }
+  if (op == ReduceOp::Avg && dtype == DType::Bool) {
+    throw ConfigError(std::string(what) + ": avg of bool data is not defined");
+  }
+  if (!dtype_is_known(static_cast<uint8_t>(dtype)) ||
+      static_cast<uint8_t>(op) > static_cast<uint8_t>(ReduceOp::BXor)) {
+    throw ConfigError(std::string(what) + ": unknown element type or reduction");
+  }
+}
 
 void reduce(DType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count) {
   if (count == 0) return;
@@ -258,6 +361,12 @@ void divide(DType dtype, void* data, size_t count, int divisor) {
       return div_i32(data, count, divisor);
     case DType::I64:
       return div_i64(data, count, divisor);
+    case DType::I8:
+      return div_i8(data, count, divisor);
+    case DType::U8:
+      return div_u8(data, count, divisor);
+    case DType::Bool:
+      throw ConfigError("divide: avg of bool data is not defined");
   }
 }
 

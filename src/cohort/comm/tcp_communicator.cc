@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "cohort/base/error.h"
+#include "cohort/comm/reduce.h"
 
 namespace cohort::comm {
 namespace {
@@ -56,14 +57,14 @@ int most_ranks_on_a_host(const Mesh& mesh) {
   return *std::max_element(per_host.begin(), per_host.end());
 }
 
+}  // namespace
+
 void check_buffer(const char* op, const Buffer& b) {
   if (b.count > 0 && b.data == nullptr) {
     throw ConfigError(std::string(op) + ": buffer of " + std::to_string(b.count) +
                       " elements has a null data pointer");
   }
 }
-
-}  // namespace
 
 std::unique_ptr<Communicator> Communicator::create(store::Store& store, const CommConfig& config) {
   // spdlog builds its registry on first use inside the (uninstrumented) shared library; doing that
@@ -213,6 +214,7 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype, size_t 
 
 std::shared_ptr<Work> TcpCommunicator::allreduce(Buffer buf, const AllreduceOptions& opts) {
   check_buffer("allreduce", buf);
+  check_reduction(buf.dtype, opts.op, "allreduce");
   Algorithm algo = opts.algorithm;
   if (algo == Algorithm::Auto) {
     algo = choose_allreduce(buf.bytes(), size(), mesh_->hosts(), max_ranks_per_host_);
@@ -251,6 +253,7 @@ std::shared_ptr<Work> TcpCommunicator::reduce_scatter(Buffer in, Buffer out,
   check_buffer("reduce_scatter", out);
   check_block_shapes("reduce_scatter", "in must hold size() * out.count elements of out's type",
                      /*whole=*/in, /*block=*/out, size());
+  check_reduction(in.dtype, opts.op, "reduce_scatter");
   const ReduceOp op = opts.op;
   Op shape;
   shape.count = in.count;

@@ -23,6 +23,9 @@
 
 namespace cohort::comm {
 
+// ConfigError naming `op` for a buffer of elements without memory.
+void check_buffer(const char* op, const Buffer& b);
+
 class TcpCommunicator final : public Communicator {
  public:
   TcpCommunicator(store::Store& store, const CommConfig& config, std::unique_ptr<Mesh> mesh);
@@ -40,6 +43,10 @@ class TcpCommunicator final : public Communicator {
                                    const CollectiveOptions& opts) override;
   std::shared_ptr<Work> broadcast(Buffer buf, const BroadcastOptions& opts) override;
   std::shared_ptr<Work> barrier(const CollectiveOptions& opts) override;
+  std::shared_ptr<Work> reduce(Buffer buf, const ReduceOptions& opts) override;
+  std::shared_ptr<Work> gather(Buffer in, Buffer out, const RootedOptions& opts) override;
+  std::shared_ptr<Work> scatter(Buffer in, Buffer out, const RootedOptions& opts) override;
+  std::shared_ptr<Work> all_to_all(Buffer in, Buffer out, const AllToAllOptions& opts) override;
   std::shared_ptr<Work> send(Buffer buf, int dst, const PointToPointOptions& opts) override;
   std::shared_ptr<Work> recv(Buffer buf, int src, const PointToPointOptions& opts) override;
   std::unique_ptr<Communicator> split(int color, int key) override;

@@ -12,6 +12,14 @@ std::string_view reduce_op_name(ReduceOp op) {
       return "max";
     case ReduceOp::Min:
       return "min";
+    case ReduceOp::Product:
+      return "product";
+    case ReduceOp::BAnd:
+      return "band";
+    case ReduceOp::BOr:
+      return "bor";
+    case ReduceOp::BXor:
+      return "bxor";
   }
   return "?";
 }

@@ -12,7 +12,18 @@
 
 namespace cohort::comm {
 
-enum class ReduceOp : uint8_t { Sum = 0, Avg = 1, Max = 2, Min = 3 };
+// Bitwise operations apply to integer and bool data only; Avg to every type but bool
+// (check_reduction in reduce.h).
+enum class ReduceOp : uint8_t {
+  Sum = 0,
+  Avg = 1,
+  Max = 2,
+  Min = 3,
+  Product = 4,
+  BAnd = 5,
+  BOr = 6,
+  BXor = 7,
+};
 enum class Algorithm : uint8_t {
   Auto = 0,
   Ring = 1,
@@ -57,6 +68,24 @@ struct BroadcastOptions {
   std::chrono::milliseconds timeout{0};
 };
 struct CollectiveOptions {
+  std::chrono::milliseconds timeout{0};
+};
+struct ReduceOptions {
+  ReduceOp op = ReduceOp::Sum;
+  int root = 0;
+  std::chrono::milliseconds timeout{0};
+};
+// gather and scatter.
+struct RootedOptions {
+  int root = 0;
+  std::chrono::milliseconds timeout{0};
+};
+// Empty counts: equal blocks. Otherwise send_counts[r] elements go to rank r and recv_counts[r]
+// come from it, each direction's blocks packed in rank order; what rank a sends to b must be
+// what b expects from a.
+struct AllToAllOptions {
+  std::vector<size_t> send_counts;
+  std::vector<size_t> recv_counts;
   std::chrono::milliseconds timeout{0};
 };
 struct PointToPointOptions {

@@ -18,9 +18,13 @@ enum class OpKind : uint8_t {
   Allgather = 3,
   Broadcast = 4,
   Barrier = 5,
-  PointToPoint = 6,  // send/recv: matched by tag and source, not by sequence number
+  PointToPoint = 6,      // send/recv: matched by tag and source, not by sequence number
   AllreduceEncoded = 7,  // tag: the Encoding's wire_tag()
   Allgatherv = 8,
+  Reduce = 9,
+  Gather = 10,
+  Scatter = 11,
+  AllToAll = 12,
 };
 
 std::string_view op_kind_name(OpKind k);

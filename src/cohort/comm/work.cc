@@ -31,15 +31,37 @@ bool Work::failed() const {
   return done_ && error_ != nullptr;
 }
 
-void Work::finish() {
+void Work::then(std::function<void(std::exception_ptr)> done) {
+  std::exception_ptr error;
   {
-    std::lock_guard lk(mu_);
-    done_ = true;
+    std::unique_lock lk(mu_);
+    if (then_) throw ProtocolError(name_ + " #" + std::to_string(seq_) + " already has a callback");
+    if (!done_ && !completing_) {
+      then_ = std::move(done);
+      return;
+    }
+    cv_.wait(lk, [&] { return done_; });
+    error = error_;
   }
-  cv_.notify_all();
+  done(error);
+}
+
+void Work::finish() {
+  complete(nullptr);
 }
 
 void Work::fail(std::exception_ptr e) {
+  complete(std::move(e));
+}
+
+void Work::complete(std::exception_ptr e) {
+  std::function<void(std::exception_ptr)> done;
+  {
+    std::lock_guard lk(mu_);
+    completing_ = true;
+    done.swap(then_);
+  }
+  if (done) done(e);
   {
     std::lock_guard lk(mu_);
     error_ = std::move(e);

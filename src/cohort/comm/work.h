@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,19 +42,28 @@ class Work {
   bool failed() const;
   const std::string& name() const { return name_; }
   uint64_t sequence() const { return seq_; }
+  // Runs `done` once when the operation completes, with its error (null on success): on the
+  // thread that completes it, before wait() returns anywhere, or at once on this thread if it
+  // has completed already. One callback per operation (ProtocolError on a second); it must not
+  // throw, and must not wait on this operation.
+  void then(std::function<void(std::exception_ptr)> done);
 
   // Called by the communication thread.
   void finish();
   void fail(std::exception_ptr e);
 
  private:
+  void complete(std::exception_ptr e);
+
   std::string name_;
   uint64_t seq_;
   const std::shared_ptr<WorkRunner> runner_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
+  bool completing_ = false;  // the callback has been taken and runs; done_ follows
   std::exception_ptr error_;
+  std::function<void(std::exception_ptr)> then_;
 };
 
 }  // namespace cohort::comm

@@ -284,4 +284,30 @@ Socket Listener::accept(Deadline deadline) {
   }
 }
 
+std::string local_address_towards(const std::string& host) {
+  AddrInfo res = resolve(host, 9, false);
+  int last_err = 0;
+  for (addrinfo* ai = res.ai; ai; ai = ai->ai_next) {
+    Socket s(::socket(ai->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+    if (!s.valid() || ::connect(s.fd(), ai->ai_addr, ai->ai_addrlen) != 0) {
+      last_err = errno;
+      continue;
+    }
+    sockaddr_storage ss{};
+    socklen_t len = sizeof(ss);
+    if (getsockname(s.fd(), reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+      last_err = errno;
+      continue;
+    }
+    char text[INET6_ADDRSTRLEN] = {};
+    const void* addr =
+        ss.ss_family == AF_INET6
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr)
+            : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&ss)->sin_addr);
+    if (inet_ntop(ss.ss_family, addr, text, sizeof(text))) return text;
+    last_err = errno;
+  }
+  throw SystemError("no route from this host to " + host, last_err);
+}
+
 }  // namespace cohort::net

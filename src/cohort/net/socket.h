@@ -81,4 +81,9 @@ class Listener {
 // Waits until fd is readable (events=POLLIN) or writable (POLLOUT). Returns false on timeout.
 bool wait_fd(int fd, short events, Deadline deadline);
 
+// The address of this host's interface that its routes use to reach `host` (how peers on that
+// network can reach this host): the local end of a UDP socket connected to it, which sends
+// nothing. Error when `host` does not resolve or no route leads there.
+std::string local_address_towards(const std::string& host);
+
 }  // namespace cohort::net

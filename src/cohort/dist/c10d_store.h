@@ -1,0 +1,30 @@
+// A torch.distributed store (c10d::Store: TCPStore, FileStore, PrefixStore, ...) seen as Cohort's
+// rendezvous store, so that a communicator forms through whatever store init_process_group made.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "cohort/store/store.h"
+
+namespace cohort::dist {
+
+class C10dStore final : public store::Store {
+ public:
+  explicit C10dStore(c10::intrusive_ptr<c10d::Store> store);
+
+  void set(const std::string& key, const store::Bytes& value) override;
+  // Waits for the key (this store's timeout), then reads it.
+  store::Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  store::Bytes compare_set(const std::string& key, const store::Bytes& expected,
+                           const store::Bytes& desired) override;
+  bool delete_key(const std::string& key) override;
+  bool check(const std::vector<std::string>& keys) override;
+  // TimeoutError naming the keys still missing.
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+
+ private:
+  c10::intrusive_ptr<c10d::Store> store_;
+};
+
+}  // namespace cohort::dist

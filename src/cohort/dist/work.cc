@@ -1,0 +1,68 @@
+#include "cohort/dist/work.h"
+
+#include <ATen/core/jit_type.h>
+
+namespace cohort::dist {
+
+CohortWork::CohortWork(int rank, c10d::OpType type, std::shared_ptr<comm::Work> work,
+                       std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep,
+                       std::function<void()> finish)
+    : c10d::Work(rank, type), work_(std::move(work)), state_(std::make_shared<State>()) {
+  state_->outputs = std::move(outputs);
+  state_->keep = std::move(keep);
+  state_->finish = std::move(finish);
+  state_->future =
+      c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
+  // The callback owns the state, not this handle: the operation may outlive it (a caller that
+  // drops an async handle).
+  work_->then([state = state_](std::exception_ptr e) {
+    if (!e && state->finish) {
+      try {
+        state->finish();
+      } catch (...) {
+        e = std::current_exception();
+      }
+    }
+    state->keep.clear();
+    state->error = e;
+    if (e) {
+      state->future->setError(e);
+    } else {
+      state->future->markCompleted(c10::IValue(state->outputs));
+    }
+  });
+}
+
+// The future completes last (after finish and the error are in place) but before the comm::Work
+// counts as done: whoever saw the future complete must see the operation completed too.
+bool CohortWork::isCompleted() {
+  return state_->future->completed();
+}
+
+bool CohortWork::isSuccess() const {
+  return state_->future->completed() && !state_->error;
+}
+
+std::exception_ptr CohortWork::exception() const {
+  return state_->future->completed() ? state_->error : nullptr;
+}
+
+std::vector<at::Tensor> CohortWork::result() {
+  return state_->outputs;
+}
+
+bool CohortWork::wait(std::chrono::milliseconds timeout) {
+  if (timeout.count() > 0) {
+    work_->wait(timeout);
+  } else {
+    work_->wait();
+  }
+  if (state_->error) std::rethrow_exception(state_->error);
+  return true;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> CohortWork::getFuture() {
+  return state_->future;
+}
+
+}  // namespace cohort::dist

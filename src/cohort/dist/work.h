@@ -1,0 +1,49 @@
+// The handle torch.distributed gets for one Cohort operation: c10d::Work over comm::Work, with the
+// future DDP's communication hooks chain on. The future completes on the thread that completes the
+// operation, after `finish` (copying results out of a temporary buffer) has run; wait() runs the
+// operation on the caller's thread where Cohort can (comm::Work::wait), so a collective waited on
+// at once costs no thread wake-up.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+
+#include <functional>
+#include <memory>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <vector>
+
+#include "cohort/comm/work.h"
+
+namespace cohort::dist {
+
+class CohortWork final : public c10d::Work {
+ public:
+  // `outputs` are what result() and the future hold; `keep` lives until the operation completes
+  // (inputs and temporary buffers it reads or writes); `finish` runs once on success, before the
+  // operation counts as completed.
+  CohortWork(int rank, c10d::OpType type, std::shared_ptr<comm::Work> work,
+             std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep = {},
+             std::function<void()> finish = nullptr);
+
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  std::vector<at::Tensor> result() override;
+  // Throws the operation's error. A timeout of zero or less: none but the operation's own deadline.
+  bool wait(std::chrono::milliseconds timeout) override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+
+ private:
+  struct State {
+    std::vector<at::Tensor> outputs;
+    std::vector<at::Tensor> keep;
+    std::function<void()> finish;
+    c10::intrusive_ptr<c10::ivalue::Future> future;
+    std::exception_ptr error;  // the operation's, or finish()'s
+  };
+
+  std::shared_ptr<comm::Work> work_;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace cohort::dist
