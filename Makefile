@@ -5,7 +5,7 @@ BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: deps configure build run test install test-asan test-asan-all test-tsan fuzz bench-training bench-compare bench-scale bench-compression bench-recovery accuracy-compression bench-trace format lint clean
+.PHONY: deps configure build run test install test-asan test-asan-all test-tsan fuzz bench-training bench-compare bench-scale bench-python bench-compression bench-recovery accuracy-compression bench-trace format lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -52,6 +52,11 @@ bench-compare: build
 # 2 hosts x 2 and x 4 ranks at 1 Gbit/s (a few minutes); writes its section of BENCHMARKS.md.
 bench-scale: build
 	scripts/bench-scale.sh
+
+# The same PyTorch scripts with backend "gloo" and "cohort": DDP samples/s (mlp, cnn) and
+# all_reduce latency and bandwidth, 2 workers under torchrun; writes its section of BENCHMARKS.md.
+bench-python: build
+	scripts/bench-python.sh
 
 # Time to accuracy on the emulated bandwidth-limited cluster (scripts/netcluster.sh, needs root):
 # Cohort's gradient compressions against PyTorch DDP; writes its section of BENCHMARKS.md. The

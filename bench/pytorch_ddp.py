@@ -32,6 +32,10 @@ whatever the backend (a 2-D Q given to a 3-D _orthogonalize).
 --memory-format channels_last runs the convolutional model in NHWC, the one line a PyTorch user
 adds for it (model.to(memory_format=torch.channels_last), and the same for each input batch);
 contiguous (the default) is PyTorch's NCHW. The result line names the layout.
+
+--backend cohort runs the same script on Cohort's torch.distributed backend (import cohort; the
+package from the build tree on PYTHONPATH) instead of Gloo: the one word a PyTorch user changes.
+The result line names the backend.
 """
 import argparse
 import gzip
@@ -95,12 +99,15 @@ def main():
     p.add_argument("--powersgd-start", type=int, default=10)
     p.add_argument("--memory-format", choices=["contiguous", "channels_last"],
                    default="contiguous")
+    p.add_argument("--backend", choices=["gloo", "cohort"], default="gloo")
     args = p.parse_args()
     layout = (torch.channels_last if args.memory_format == "channels_last"
               else torch.contiguous_format)
 
     torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo")
+    if args.backend == "cohort":
+        import cohort  # noqa: F401  (registers the backend)
+    dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(args.seed)
 
@@ -184,7 +191,7 @@ def main():
     if rank == 0:
         print(json.dumps({
             "library": "pytorch-ddp", "model": args.model, "workers": world,
-            "memory_format": args.memory_format,
+            "memory_format": args.memory_format, "backend": args.backend,
             "samples": int(total.item()), "train_seconds": train_seconds,
             "samples_per_sec": total.item() / train_seconds,
             "test_accuracy": accuracy, "steps": step, "eval_seconds": eval_seconds,

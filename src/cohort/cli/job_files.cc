@@ -6,8 +6,16 @@
 
 #include "cohort/base/clock.h"
 #include "cohort/base/error.h"
+#include "cohort/base/secret.h"
 
 namespace cohort::cli {
+
+std::string job_token(const std::string& path) {
+  if (!path.empty() && std::filesystem::exists(path)) return read_secret_file(path, "--token-file");
+  std::string token = random_token();
+  if (!path.empty()) write_secret_file(path, token);
+  return token;
+}
 
 EventLog::EventLog(const std::filesystem::path& path) : out_(path, std::ios::app) {
   if (!out_) throw SystemError("open " + path.string(), errno);

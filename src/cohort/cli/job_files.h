@@ -24,6 +24,11 @@ class EventLog {
   std::function<void(const nlohmann::json&)> listener_;
 };
 
+// The job token: from `path` if it exists (refused if anybody but its owner can read it), else
+// fresh random bytes, written to `path` (0600) when one is given so that workers started
+// elsewhere can read it.
+std::string job_token(const std::string& path);
+
 // A duration as the terminal shows it: "m:ss" or "h:mm:ss"; "--:--" when unknown (NaN, < 0).
 std::string format_duration(double seconds);
 

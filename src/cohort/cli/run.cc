@@ -188,16 +188,6 @@ std::string tail_of(const fs::path& p, size_t max_bytes = 2000) {
   return s;
 }
 
-// The job token: from `path` if it exists (refused if anybody but its owner can read it), else
-// fresh random bytes, written to `path` (0600) when one is given so that workers started
-// elsewhere can read it.
-std::string job_token(const std::string& path) {
-  if (!path.empty() && fs::exists(path)) return read_secret_file(path, "--token-file");
-  std::string token = random_token();
-  if (!path.empty()) write_secret_file(path, token);
-  return token;
-}
-
 // The web console of the job (dashboard: in the job file). Its URL goes to the terminal, to
 // <run_dir>/console.url and to events.jsonl.
 std::unique_ptr<monitor::LiveConsole> start_console(const train::JobConfig& cfg,
@@ -262,6 +252,7 @@ void report_hang(trace::HangWatch& watch, std::map<int, elastic::ChildProcess>& 
 int usage(std::ostream& os, int code) {
   os << "usage: cohort run JOB.yaml [--set key=value]... [--run-dir DIR]\n"
         "       cohort run --resume RUN_DIR [--set key=value]...\n"
+        "       cohort run [--workers N] SCRIPT.py [args...]   (cohort run --help SCRIPT.py)\n"
         "options: --bind HOST --port P        where the coordinator listens (127.0.0.1, any port)\n"
         "         --external-workers          start no workers: they are started elsewhere with\n"
         "                                     `cohort worker --join HOST:PORT` (mpirun, srun, "
@@ -275,7 +266,11 @@ int usage(std::ostream& os, int code) {
 
 }  // namespace
 
+bool names_python_script(int argc, char** argv);  // run_python.cc
+int run_python_main(int argc, char** argv);
+
 int run_main(int argc, char** argv) {
+  if (names_python_script(argc, argv)) return run_python_main(argc, argv);
   Args args(argc, argv, {"set", "run-dir", "resume", "bind", "port", "token-file"},
             {"help", "external-workers"});
   const bool external = args.has("external-workers");

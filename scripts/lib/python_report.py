@@ -1,0 +1,84 @@
+"""The Python section of BENCHMARKS.md from scripts/bench-python.sh's results."""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from quiet_report import busy_labels, load_note
+from report_text import human, write_section
+
+results, output, elapsed, quiet_log, workers = sys.argv[1:6]
+BEGIN, END = "<!-- python:begin -->", "<!-- python:end -->"
+runs = [json.loads(line) for line in open(results) if line.strip()]
+busy = busy_labels(quiet_log)
+
+
+def is_busy(label):
+    return any(b.startswith(label + " r") for b in busy)
+
+
+def median_of(rows, key):
+    return statistics.median(r[key] for r in rows) if rows else float("nan")
+
+
+cpu = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True, capture_output=True,
+                     text=True).stdout.strip()
+rounds = max((r["round"] for r in runs), default=0)
+lines = [BEGIN, "## PyTorch: torch.distributed with backend \"cohort\" against \"gloo\"", "",
+         "Command: `scripts/bench-python.sh` (`make bench-python`). Machine: %d CPUs (%s), Linux %s. "
+         "Run %s, %s s, %s rounds interleaved (medians; range in brackets)." % (
+             os.cpu_count(), cpu, os.uname().release,
+             time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), elapsed, rounds), "",
+         "The same script for both, started by Debian's torchrun (`--standalone --nproc_per_node "
+         "%s`, env:// rendezvous), one thread per worker, the backend named on its command line "
+         "(`import cohort` registers it). DDP: `bench/pytorch_ddp.py`, Fashion-MNIST, batch 64 "
+         "per worker, SGD lr 0.05 momentum 0.9, 1 epoch, 25 MB buckets (DDP's default); the cnn "
+         "channels-last (PyTorch's faster layout). samples/s = samples trained by all workers / "
+         "training wall time from the first step. all_reduce: `bench/torch_allreduce.py`, "
+         "float32, each call timed on every rank, the slowest rank's time per call, median over "
+         "the loop (mean beside it, as nccl-tests reports); busbw = 2(n-1)/n x bytes / time." %
+         workers, "", load_note(quiet_log), ""]
+
+lines += ["| model | gloo samples/s | cohort samples/s | cohort / gloo | target |",
+          "| --- | --- | --- | --- | --- |"]
+targets = {"mlp": 1.5, "cnn": 1.05}
+for model in ["mlp", "cnn"]:
+    g = [r for r in runs if r["kind"] == "ddp" and r["model"] == model and r["backend"] == "gloo"]
+    c = [r for r in runs if r["kind"] == "ddp" and r["model"] == model and r["backend"] == "cohort"]
+    if not g or not c:
+        continue
+    gm, cm = median_of(g, "samples_per_sec"), median_of(c, "samples_per_sec")
+    marked = is_busy("ddp %s gloo" % model) or is_busy("ddp %s cohort" % model)
+    ratio = cm / gm
+    verdict = "busy" if marked else ("met" if ratio >= targets[model] else "**missed**")
+    spread = lambda rs: "[%.0f–%.0f]" % (min(r["samples_per_sec"] for r in rs),
+                                         max(r["samples_per_sec"] for r in rs))
+    lines.append("| %s | %.0f %s | %.0f %s | %.2f× | ≥ %.2f× (%s) |" % (
+        model, gm, spread(g), cm, spread(c), ratio, targets[model], verdict))
+
+lines += ["", "| size | gloo median µs (mean) | cohort median µs (mean) | gloo busbw GB/s | "
+          "cohort busbw GB/s | cohort speed-up | target |", "| --- | --- | --- | --- | --- | --- | --- |"]
+sizes = sorted({r["bytes"] for r in runs if r["kind"] == "allreduce"})
+marked = is_busy("allreduce gloo") or is_busy("allreduce cohort")
+for b in sizes:
+    g = [r for r in runs if r["kind"] == "allreduce" and r["bytes"] == b and r["backend"] == "gloo"]
+    c = [r for r in runs if r["kind"] == "allreduce" and r["bytes"] == b and r["backend"] == "cohort"]
+    if not g or not c:
+        continue
+    gt, ct = median_of(g, "median_us"), median_of(c, "median_us")
+    speedup = gt / ct
+    if b == 4096:
+        target, need = "latency ≤ gloo / 2", 2.0
+    elif b >= 16 << 20:
+        target, need = "busbw ≥ 1.5× gloo", 1.5
+    else:
+        target, need = "", None
+    verdict = "" if need is None else (" (busy)" if marked else (
+        " (met)" if speedup >= need else " (**missed**)"))
+    lines.append("| %s | %.1f (%.1f) | %.1f (%.1f) | %.2f | %.2f | %.2f× | %s%s |" % (
+        human(b), gt, median_of(g, "mean_us"), ct, median_of(c, "mean_us"),
+        median_of(g, "busbw_gbs"), median_of(c, "busbw_gbs"), speedup, target, verdict))
+lines.append(END)
+print(write_section(output, BEGIN, END, lines))
