@@ -3,6 +3,7 @@ ranks that disagree on its shape, are named."""
 
 import os
 import sys
+import tempfile
 from datetime import timedelta
 
 import torch
@@ -49,11 +50,17 @@ msg = raises(lambda: dist.all_reduce(torch.zeros(4 + R), group=checked), "allred
              "rank", kind=cohort.ProtocolError)
 print(f"rank {R}: mismatch: {msg}")
 
-# A rank that never joins: the other's deadline names it, the collective and its number.
+# A rank that never joins: the other's deadline names it, the collective and its number, and
+# leaves a hang report (in COHORT_RUN_DIR, where `cohort run` puts its run directory).
+report_dir = tempfile.mkdtemp()
+os.environ["COHORT_RUN_DIR"] = report_dir
 short = dist.new_group(backend="cohort", timeout=timedelta(seconds=2))
 if R == 0:
     msg = raises(lambda: dist.all_reduce(torch.zeros(8), group=short), "allreduce #1",
-                 "rank 1", kind=cohort.TimeoutError)
+                 "rank 1", "hang report: " + report_dir, kind=cohort.TimeoutError)
     print(f"rank 0: timeout: {msg}")
+    report = open(os.path.join(report_dir, "hang-report.txt")).read()
+    assert "rank 1" in report and "allreduce #1" in report, report
+    print("rank 0: hang report:\n" + report[:600])
 dist.barrier(group=gloo)
 print(f"rank {R}: every misuse was refused with a clear error")

@@ -166,6 +166,7 @@ int run_python_main(int argc, char** argv) {
                 {"GROUP_WORLD_SIZE", "1"},
                 {"ROLE_NAME", "default"},
                 {"COHORT_TOKEN", token},
+                {"COHORT_RUN_DIR", fs::absolute(run_dir).string()},  // hang reports go there
                 {"OMP_NUM_THREADS", std::to_string(threads)}},
         .stdout_path = log,
         .stderr_path = log,

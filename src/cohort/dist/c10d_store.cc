@@ -1,6 +1,8 @@
 #include "cohort/dist/c10d_store.h"
 
 #include <exception>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "cohort/base/error.h"
 
@@ -21,7 +23,35 @@ auto translated(const std::string& what, F&& f) -> decltype(f()) {
   }
 }
 
+// PrefixStore keeps its prefix protected; a member pointer taken through a derived class reads
+// it from any PrefixStore (the standard way to reach a protected member without a cast).
+struct PrefixPeek : c10d::PrefixStore {
+  using c10d::PrefixStore::prefix_;
+};
+
 }  // namespace
+
+c10::intrusive_ptr<c10d::Store> second_connection(const c10::intrusive_ptr<c10d::Store>& store) {
+  std::vector<std::string> prefixes;  // outermost first
+  c10::intrusive_ptr<c10d::Store> inner = store;
+  while (auto* p = dynamic_cast<c10d::PrefixStore*>(inner.get())) {
+    prefixes.push_back(p->*(&PrefixPeek::prefix_));
+    inner = p->getUnderlyingStore();
+  }
+  auto* tcp = dynamic_cast<c10d::TCPStore*>(inner.get());
+  if (!tcp) return store;
+  c10d::TCPStoreOptions options;
+  options.port = tcp->getPort();
+  options.isServer = false;
+  options.waitWorkers = false;
+  options.timeout = tcp->getTimeout();
+  c10::intrusive_ptr<c10d::Store> out =
+      c10::make_intrusive<c10d::TCPStore>(tcp->getHost(), options);
+  for (auto it = prefixes.rbegin(); it != prefixes.rend(); ++it) {
+    out = c10::make_intrusive<c10d::PrefixStore>(*it, out);
+  }
+  return out;
+}
 
 C10dStore::C10dStore(c10::intrusive_ptr<c10d::Store> store) : store_(std::move(store)) {
   if (!store_) throw ConfigError("torch.distributed store: none given");

@@ -8,6 +8,12 @@
 
 namespace cohort::dist {
 
+// A connection of its own to the same store, for a thread that must not queue behind another's
+// blocking wait (a c10d TCPStore client runs one operation at a time): a new TCPStore client under
+// the same prefixes when the store is a TCPStore (PrefixStores over one), the store itself
+// otherwise.
+c10::intrusive_ptr<c10d::Store> second_connection(const c10::intrusive_ptr<c10d::Store>& store);
+
 class C10dStore final : public store::Store {
  public:
   explicit C10dStore(c10::intrusive_ptr<c10d::Store> store);

@@ -73,6 +73,7 @@ ProcessGroupCohort::ProcessGroupCohort(const c10::intrusive_ptr<c10d::Store>& st
                                        GroupSettings settings)
     : c10d::ProcessGroup(rank, size), store_(store), settings_(std::move(settings)) {
   store_.set_timeout(timeout);
+  auto recorder = std::make_shared<comm::FlightRecorder>(rank, 256);
   comm::CommConfig config{
       .rank = rank,
       .size = size,
@@ -81,10 +82,12 @@ ProcessGroupCohort::ProcessGroupCohort(const c10::intrusive_ptr<c10d::Store>& st
       .advertise_host = settings_.advertise_host,
       .timeout = timeout,
       .store_prefix = kPrefix,
+      .flight_recorder = recorder,
       .check_collectives = settings_.check_collectives,
       .transport = settings_.transport,
   };
   comm_ = comm::Communicator::create(store_, config);
+  hangs_ = std::make_shared<HangReports>(store, rank, size, recorder);
 }
 
 ProcessGroupCohort::~ProcessGroupCohort() = default;
@@ -95,7 +98,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::wrap(c10d::OpType type,
                                                         std::vector<at::Tensor> keep,
                                                         std::function<void()> finish) {
   return c10::make_intrusive<CohortWork>(getRank(), type, std::move(work), std::move(outputs),
-                                         std::move(keep), std::move(finish));
+                                         std::move(keep), std::move(finish), hangs_);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::broadcast(std::vector<at::Tensor>& tensors,

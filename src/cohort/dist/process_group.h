@@ -20,6 +20,7 @@
 
 #include "cohort/comm/communicator.h"
 #include "cohort/dist/c10d_store.h"
+#include "cohort/dist/hang_reports.h"
 
 namespace cohort::dist {
 
@@ -94,6 +95,7 @@ class ProcessGroupCohort final : public c10d::ProcessGroup {
   C10dStore store_;
   GroupSettings settings_;
   std::unique_ptr<comm::Communicator> comm_;
+  std::shared_ptr<HangReports> hangs_;  // reads the communicator's recorder: after it
 };
 
 }  // namespace cohort::dist

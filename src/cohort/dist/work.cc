@@ -2,11 +2,33 @@
 
 #include <ATen/core/jit_type.h>
 
+#include "cohort/comm/types.h"
+
 namespace cohort::dist {
+
+namespace {
+
+// A collective's timeout, its message naming the hang report written for it; any other error as
+// it is.
+std::exception_ptr with_hang_report(std::exception_ptr e, HangReports& hangs) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const comm::CollectiveTimeoutError& t) {
+    const std::string path = hangs.on_timeout(t.what());
+    if (path.empty()) return e;
+    return std::make_exception_ptr(
+        comm::CollectiveTimeoutError(t.collective(), t.sequence(), t.missing_ranks(),
+                                     std::string(t.what()) + " (hang report: " + path + ")"));
+  } catch (...) {
+    return e;
+  }
+}
+
+}  // namespace
 
 CohortWork::CohortWork(int rank, c10d::OpType type, std::shared_ptr<comm::Work> work,
                        std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep,
-                       std::function<void()> finish)
+                       std::function<void()> finish, std::shared_ptr<HangReports> hangs)
     : c10d::Work(rank, type), work_(std::move(work)), state_(std::make_shared<State>()) {
   state_->outputs = std::move(outputs);
   state_->keep = std::move(keep);
@@ -15,7 +37,8 @@ CohortWork::CohortWork(int rank, c10d::OpType type, std::shared_ptr<comm::Work> 
       c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
   // The callback owns the state, not this handle: the operation may outlive it (a caller that
   // drops an async handle).
-  work_->then([state = state_](std::exception_ptr e) {
+  work_->then([state = state_, hangs = std::move(hangs)](std::exception_ptr e) {
+    if (e && hangs) e = with_hang_report(e, *hangs);
     if (!e && state->finish) {
       try {
         state->finish();
@@ -52,10 +75,17 @@ std::vector<at::Tensor> CohortWork::result() {
 }
 
 bool CohortWork::wait(std::chrono::milliseconds timeout) {
-  if (timeout.count() > 0) {
-    work_->wait(timeout);
-  } else {
-    work_->wait();
+  try {
+    if (timeout.count() > 0) {
+      work_->wait(timeout);
+    } else {
+      work_->wait();
+    }
+  } catch (...) {
+    // The operation's error as the completion callback left it (a timeout naming its hang
+    // report); a wait that gave up before the operation ended has none yet.
+    if (work_->is_completed() && state_->error) std::rethrow_exception(state_->error);
+    throw;
   }
   if (state_->error) std::rethrow_exception(state_->error);
   return true;

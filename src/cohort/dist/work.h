@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cohort/comm/work.h"
+#include "cohort/dist/hang_reports.h"
 
 namespace cohort::dist {
 
@@ -21,9 +22,11 @@ class CohortWork final : public c10d::Work {
   // `outputs` are what result() and the future hold; `keep` lives until the operation completes
   // (inputs and temporary buffers it reads or writes); `finish` runs once on success, before the
   // operation counts as completed.
+  // A timeout of the operation writes a hang report through `hangs` (when given), whose path the
+  // error's message then names.
   CohortWork(int rank, c10d::OpType type, std::shared_ptr<comm::Work> work,
              std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep = {},
-             std::function<void()> finish = nullptr);
+             std::function<void()> finish = nullptr, std::shared_ptr<HangReports> hangs = nullptr);
 
   bool isCompleted() override;
   bool isSuccess() const override;
