@@ -1,11 +1,15 @@
 // cohort._C: the torch.distributed backend "cohort" for Python (src/cohort/dist/). Importing the
 // package `cohort` registers it (cohort/__init__.py).
 #include <pybind11/chrono.h>
+#include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "cohort/base/error.h"
 #include "cohort/comm/types.h"
+#include "cohort/compress/codec.h"
+#include "cohort/dist/comm_hooks.h"
 #include "cohort/dist/process_group.h"
 
 namespace py = pybind11;
@@ -33,4 +37,45 @@ PYBIND11_MODULE(_C, m) {
       py::arg("store"), py::arg("rank"), py::arg("world_size"), py::arg("timeout"),
       py::call_guard<py::gil_scoped_release>(),
       "The creator torch.distributed calls for init_process_group('cohort') and new_group().");
+
+  // DDP communication hooks with Cohort's codecs (cohort/hooks.py).
+  py::class_<cohort::dist::CompressionHooks, std::shared_ptr<cohort::dist::CompressionHooks>>(
+      m, "_CompressionHooks")
+      .def(py::init([](const c10::intrusive_ptr<c10d::ProcessGroup>& group, bool error_feedback,
+                       double topk_ratio, int64_t topk_warmup_steps, int powersgd_rank,
+                       int64_t powersgd_warmup_steps, size_t min_bytes, uint64_t seed) {
+             cohort::compress::CompressionOptions o;
+             o.error_feedback = error_feedback;
+             o.topk_ratio = topk_ratio;
+             o.topk_warmup_steps = topk_warmup_steps;
+             o.powersgd_rank = powersgd_rank;
+             o.powersgd_warmup_steps = powersgd_warmup_steps;
+             o.min_bytes = min_bytes;
+             o.seed = seed;
+             // Destroyed with the GIL let go: its thread may be taking the GIL to let a callback
+             // go, and joining it while holding the GIL would wait forever.
+             return std::shared_ptr<cohort::dist::CompressionHooks>(
+                 new cohort::dist::CompressionHooks(group, o),
+                 [](cohort::dist::CompressionHooks* h) {
+                   py::gil_scoped_release unlocked;
+                   delete h;
+                 });
+           }),
+           py::arg("group"), py::arg("error_feedback"), py::arg("topk_ratio"),
+           py::arg("topk_warmup_steps"), py::arg("powersgd_rank"), py::arg("powersgd_warmup_steps"),
+           py::arg("min_bytes"), py::arg("seed"))
+      .def("start", [](cohort::dist::CompressionHooks& hooks, const std::string& method,
+                       const at::Tensor& buffer, size_t index,
+                       const std::vector<at::Tensor>& gradients, const py::function& done) {
+        // The callback runs on the hooks' thread: it takes the GIL to run, and to be let go.
+        auto fn = std::shared_ptr<py::function>(new py::function(done), [](py::function* f) {
+          py::gil_scoped_acquire gil;
+          delete f;
+        });
+        hooks.start(cohort::compress::parse_method(method), buffer, index, gradients,
+                    [fn](const std::string& error) {
+                      py::gil_scoped_acquire gil;
+                      (*fn)(error);
+                    });
+      });
 }

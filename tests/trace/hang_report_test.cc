@@ -113,6 +113,26 @@ TEST(FlightRecord, JsonRoundTrips) {
   EXPECT_THROW(snapshot_from_json(nlohmann::json{{"rank", 1}}), Error);
 }
 
+// A record of every kind of operation and every element type reads back (a compressed job's
+// allreduce_encoded and allgatherv once did not: its hang report lost every rank's record).
+TEST(FlightRecord, EveryOperationAndTypeRoundTrips) {
+  comm::FlightRecorder rec(0, 64);
+  uint64_t seq = 0;
+  for (int k = 1; k <= static_cast<int>(comm::kLastOpKind); ++k) {
+    rec.on_queued({.seq = ++seq, .kind = static_cast<comm::OpKind>(k), .dtype = DType::F32});
+  }
+  for (DType t : kAllDTypes) {
+    rec.on_queued({.seq = ++seq, .kind = comm::OpKind::Allreduce, .dtype = t});
+  }
+  comm::FlightSnapshot back =
+      snapshot_from_json(nlohmann::json::parse(to_json(rec.snapshot()).dump()));
+  ASSERT_EQ(back.records.size(), seq);
+  for (int k = 1; k <= static_cast<int>(comm::kLastOpKind); ++k) {
+    EXPECT_EQ(back.records[static_cast<size_t>(k - 1)].kind, static_cast<comm::OpKind>(k));
+  }
+  EXPECT_EQ(back.records.back().dtype, DType::Bool);
+}
+
 TEST(HangWatch, ReportersAnswerAndAStallIsSeenOnce) {
   store::MemoryStore backing;
   comm::FlightRecorder r0(0), r1(1);

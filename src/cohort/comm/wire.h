@@ -26,6 +26,7 @@ enum class OpKind : uint8_t {
   Scatter = 11,
   AllToAll = 12,
 };
+inline constexpr OpKind kLastOpKind = OpKind::AllToAll;  // kinds are 1 .. kLastOpKind
 
 std::string_view op_kind_name(OpKind k);
 

@@ -30,7 +30,7 @@ std::string report_key(int rank) {
 }
 
 comm::OpKind parse_op_kind(const std::string& s) {
-  for (int k = 1; k <= 6; ++k) {
+  for (int k = 1; k <= static_cast<int>(comm::kLastOpKind); ++k) {
     auto kind = static_cast<comm::OpKind>(k);
     if (comm::op_kind_name(kind) == s) return kind;
   }
