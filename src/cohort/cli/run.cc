@@ -266,11 +266,11 @@ int usage(std::ostream& os, int code) {
 
 }  // namespace
 
-bool names_python_script(int argc, char** argv);  // run_python.cc
+int python_script_at(int argc, char** argv);  // run_python.cc
 int run_python_main(int argc, char** argv);
 
 int run_main(int argc, char** argv) {
-  if (names_python_script(argc, argv)) return run_python_main(argc, argv);
+  if (python_script_at(argc, argv) > 0) return run_python_main(argc, argv);
   Args args(argc, argv, {"set", "run-dir", "resume", "bind", "port", "token-file"},
             {"help", "external-workers"});
   const bool external = args.has("external-workers");

@@ -17,6 +17,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -74,29 +75,31 @@ std::string tail_of_file(const fs::path& p, size_t max_bytes = 2000) {
 
 }  // namespace
 
-// Whether `cohort run`'s arguments name a Python script (the first that is not an option).
-bool names_python_script(int argc, char** argv) {
+// Where `cohort run`'s first argument that is not an option (nor an option's value) is, when it
+// names a Python script; -1 otherwise (a job file, or nothing).
+int python_script_at(int argc, char** argv) {
+  static const std::set<std::string> kValued = {"set",     "run-dir", "resume",
+                                                "bind",    "port",    "token-file",
+                                                "workers", "python",  "threads-per-worker"};
   for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.size() > 3 && a.rfind("--", 0) != 0 && a.compare(a.size() - 3, 3, ".py") == 0) {
-      return true;
+    const std::string a = argv[i];
+    if (a.rfind("--", 0) == 0) {
+      if (a.find('=') == std::string::npos && kValued.count(a.substr(2))) ++i;
+      continue;
     }
+    return a.size() > 3 && a.compare(a.size() - 3, 3, ".py") == 0 ? i : -1;
   }
-  return false;
+  return -1;
 }
 
 int run_python_main(int argc, char** argv) {
   // The script and what follows it are the script's.
-  int script_at = 1;
-  while (script_at < argc) {
-    std::string a = argv[script_at];
-    if (a.size() > 3 && a.rfind("--", 0) != 0 && a.compare(a.size() - 3, 3, ".py") == 0) break;
-    ++script_at;
-  }
+  const int script_at = python_script_at(argc, argv);
+  if (script_at < 0) return python_usage(std::cerr, 2);
   Args args(script_at, argv,
             {"workers", "python", "threads-per-worker", "run-dir", "port", "token-file"}, {"help"});
   if (args.has("help")) return python_usage(std::cout, 0);
-  if (!args.positionals().empty() || script_at >= argc) return python_usage(std::cerr, 2);
+  if (!args.positionals().empty()) return python_usage(std::cerr, 2);
   const fs::path script = fs::absolute(argv[script_at]);
   if (!fs::is_regular_file(script)) throw ConfigError("no such script: " + script.string());
   std::vector<std::string> script_args(argv + script_at + 1, argv + argc);
