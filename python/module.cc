@@ -4,6 +4,7 @@
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "cohort/base/error.h"
@@ -52,8 +53,8 @@ PYBIND11_MODULE(_C, m) {
              o.powersgd_warmup_steps = powersgd_warmup_steps;
              o.min_bytes = min_bytes;
              o.seed = seed;
-             // Destroyed with the GIL let go: its thread may be taking the GIL to let a callback
-             // go, and joining it while holding the GIL would wait forever.
+             // Destroyed with the GIL let go: joining its thread may wait for a bucket's exchange
+             // to end, which other Python threads need not wait for.
              return std::shared_ptr<cohort::dist::CompressionHooks>(
                  new cohort::dist::CompressionHooks(group, o),
                  [](cohort::dist::CompressionHooks* h) {
@@ -64,18 +65,24 @@ PYBIND11_MODULE(_C, m) {
            py::arg("group"), py::arg("error_feedback"), py::arg("topk_ratio"),
            py::arg("topk_warmup_steps"), py::arg("powersgd_rank"), py::arg("powersgd_warmup_steps"),
            py::arg("min_bytes"), py::arg("seed"))
-      .def("start", [](cohort::dist::CompressionHooks& hooks, const std::string& method,
-                       const at::Tensor& buffer, size_t index,
-                       const std::vector<at::Tensor>& gradients, const py::function& done) {
-        // The callback runs on the hooks' thread: it takes the GIL to run, and to be let go.
-        auto fn = std::shared_ptr<py::function>(new py::function(done), [](py::function* f) {
-          py::gil_scoped_acquire gil;
-          delete f;
-        });
-        hooks.start(cohort::compress::parse_method(method), buffer, index, gradients,
-                    [fn](const std::string& error) {
-                      py::gil_scoped_acquire gil;
-                      (*fn)(error);
-                    });
-      });
+      .def("start",
+           [](cohort::dist::CompressionHooks& hooks, const std::string& method,
+              const at::Tensor& buffer, size_t index, const std::vector<at::Tensor>& gradients,
+              const std::shared_ptr<torch::jit::PythonFutureWrapper>& future,
+              const py::object& result) {
+             // The hooks' thread completes the torch future without the GIL: the value DDP reads
+             // back (a Python object, as for any Python hook) is made here, on this Python thread,
+             // and handed to the future, which holds it from then on. A thread that took the GIL
+             // there could wait forever on an interpreter that is exiting.
+             c10::intrusive_ptr<c10::ivalue::Future> fut = future->fut;
+             c10::IValue value = torch::jit::toIValue(result, c10::PyObjectType::get());
+             hooks.start(cohort::compress::parse_method(method), buffer, index, gradients,
+                         [fut, value = std::move(value)](const std::string& error) mutable {
+                           if (error.empty()) {
+                             fut->markCompleted(std::move(value));
+                           } else {
+                             fut->setError(std::make_exception_ptr(cohort::Error(error)));
+                           }
+                         });
+           });
 }

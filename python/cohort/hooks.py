@@ -34,14 +34,8 @@ def _hook(method):
     def hook(state, bucket):
         fut = torch.futures.Future()
         buf = bucket.buffer()
-
-        def done(error):
-            if error:
-                fut.set_exception(RuntimeError(error))
-            else:
-                fut.set_result(buf)
-
-        state._hooks.start(method, buf, bucket.index(), bucket.gradients(), done)
+        # The future completes with buf, averaged in place, from the hooks' thread.
+        state._hooks.start(method, buf, bucket.index(), bucket.gradients(), fut, buf)
         return fut
 
     hook.__name__ = hook.__qualname__ = method
