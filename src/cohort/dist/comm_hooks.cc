@@ -51,10 +51,12 @@ void CompressionHooks::start(compress::Method method, const at::Tensor& buffer, 
     codec = compress::make_codec(o, count, std::move(shapes), group_->getRank(), index);
   }
   codec->start(buffer.data_ptr<float>(), cohort_->communicator(), {});
+  std::vector<std::function<void(const std::string&)>> finished;
   {
     std::lock_guard lk(mu_);
-    pending_.push_back({codec.get(), buffer, std::move(done)});
-  }
+    pending_.push_back({codec.get(), std::move(done)});
+    finished.swap(finished_);
+  }  // `finished` is dropped here, on the caller's thread
   cv_.notify_one();
 }
 
@@ -75,6 +77,8 @@ void CompressionHooks::loop() {
       error = e.what();
     }
     p.done(error);
+    std::lock_guard lk(mu_);
+    finished_.push_back(std::move(p.done));
   }
 }
 

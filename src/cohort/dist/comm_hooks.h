@@ -43,9 +43,12 @@ class CompressionHooks {
              std::function<void(const std::string& error)> done);
 
  private:
+  // Nothing that holds a Python object may be dropped on this object's thread (that would take
+  // the GIL, which an exiting interpreter never gives back): a pending exchange holds no tensor,
+  // and the callbacks, which may hold a future and its value, are dropped by the next start() or
+  // the destructor, on the caller's thread.
   struct Pending {
     compress::Codec* codec;
-    at::Tensor buffer;
     std::function<void(const std::string&)> done;
   };
   void loop();
@@ -57,6 +60,7 @@ class CompressionHooks {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> pending_;
+  std::vector<std::function<void(const std::string&)>> finished_;  // run, to be dropped
   bool stop_ = false;
   std::thread thread_;
 };
