@@ -20,8 +20,6 @@ from cohort._C import (  # noqa: F401  (re-exported)
     _create_process_group,
 )
 
-from cohort import hooks  # noqa: F401,E402
-
 BACKEND = "cohort"
 
 if not hasattr(_dist.Backend, BACKEND.upper()):

@@ -22,7 +22,11 @@ grep -q "done: 30 steps on 2 workers with cohort" "$tmp/run/logs/rank-0.log" ||
   fail "events: $(cat "$tmp/run/events.jsonl")"
 echo "run_test: cohort run: $(grep done: "$tmp/run/logs/rank-0.log")"
 
-/usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node 2 --redirects 1 --tee 1 \
+# torchrun's own rendezvous on a free loopback port (--standalone would use localhost:29400, a
+# fixed port, and a name a minimal machine may not resolve).
+port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+/usr/bin/python3 -m torch.distributed.run --nnodes 1 --rdzv_backend c10d \
+  --rdzv_endpoint "127.0.0.1:$port" --nproc_per_node 2 --redirects 1 --tee 1 \
   --log_dir "$tmp/torchrun" "$SCRIPT" --backend cohort --max-steps 30 >"$tmp/torchrun.out" 2>&1 ||
   { cat "$tmp/torchrun.out"; fail "torchrun failed"; }
 grep -q "done: 30 steps on 2 workers with cohort" "$tmp/torchrun.out" || fail "torchrun output"
