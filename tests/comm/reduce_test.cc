@@ -74,85 +74,12 @@ TEST(HalfConversion, Bf16RoundsToNearestEven) {
   }
 }
 
+// One element as a double and back, in the dtype's storage (the test data's helpers, data.h).
 double to_double(DType dt, const uint8_t* p) {
-  switch (dt) {
-    case DType::F32: {
-      float v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::F64: {
-      double v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-    case DType::F16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return f16_to_f32(v);
-    }
-    case DType::BF16: {
-      uint16_t v;
-      std::memcpy(&v, p, 2);
-      return bf16_to_f32(v);
-    }
-    case DType::I32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::I64: {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      return static_cast<double>(v);
-    }
-    case DType::I8:
-      return static_cast<int8_t>(*p);
-    case DType::U8:
-    case DType::Bool:
-      return *p;
-  }
-  return 0;
+  return testing::load(dt, p, 0);
 }
-
 void from_double(DType dt, double x, uint8_t* p) {
-  switch (dt) {
-    case DType::F32: {
-      float v = static_cast<float>(x);
-      std::memcpy(p, &v, 4);
-      break;
-    }
-    case DType::F64:
-      std::memcpy(p, &x, 8);
-      break;
-    case DType::F16: {
-      uint16_t v = f32_to_f16(static_cast<float>(x));
-      std::memcpy(p, &v, 2);
-      break;
-    }
-    case DType::BF16: {
-      uint16_t v = f32_to_bf16(static_cast<float>(x));
-      std::memcpy(p, &v, 2);
-      break;
-    }
-    case DType::I32: {
-      int32_t v = static_cast<int32_t>(x);
-      std::memcpy(p, &v, 4);
-      break;
-    }
-    case DType::I64: {
-      int64_t v = static_cast<int64_t>(x);
-      std::memcpy(p, &v, 8);
-      break;
-    }
-    case DType::I8:
-    case DType::U8:
-      *p = static_cast<uint8_t>(static_cast<int64_t>(x));
-      break;
-    case DType::Bool:
-      *p = x != 0;
-      break;
-  }
+  testing::store(dt, p, 0, x);
 }
 
 class ReduceKernel : public ::testing::TestWithParam<std::tuple<DType, ReduceOp>> {};
