@@ -406,8 +406,11 @@ TEST(JobConfig, EveryKeyIsDocumented) {
       }
     }
   };
-  for (const char* yaml :
-       {"", "data: {name: synthetic}\ntrain: {optimizer: {name: adam}}", "dashboard:"}) {
+  const std::string program =
+      "program: {python: " + std::string(COHORT_SOURCE_DIR) + "/examples/python/train_ddp.py}";
+  for (const std::string& yaml :
+       {std::string(), std::string("dashboard:"), program,
+        std::string("data: {name: synthetic}\ntrain: {optimizer: {name: adam}}")}) {
     walk(YAML::Load(to_yaml(parse_job_config(yaml, "j"))), "");
   }
 }
@@ -492,6 +495,47 @@ TEST(JobConfigFaults, ErrorsNameTheElementAndItsKey) {
             "job.yaml:1:29: debug.check_params_every: expected a non-negative integer, got -5");
   EXPECT_EQ(error_of("debug: {check_colectives: true}"),
             "job.yaml:1:9: debug.check_colectives: unknown key; did you mean 'check_collectives'?");
+}
+
+TEST(JobConfigProgram, APythonScriptWithItsArgumentsRoundTrips) {
+  const std::string script = std::string(COHORT_SOURCE_DIR) + "/examples/python/train_ddp.py";
+  JobConfig c = parse_job_config("workers: 2\nprogram:\n  python: " + script +
+                                     "\n  args: [--backend, cohort, --max-steps, 30, \"a b\"]\n",
+                                 "job.yaml");
+  EXPECT_EQ(c.program.python, script);
+  EXPECT_EQ(c.program.args,
+            (std::vector<std::string>{"--backend", "cohort", "--max-steps", "30", "a b"}));
+  EXPECT_EQ(c.program.interpreter, "/usr/bin/python3");
+  EXPECT_EQ(parse_job_config(to_yaml(c), "resolved.yaml"), c);
+  EXPECT_TRUE(parse_job_config("", "job.yaml").program.python.empty());
+  // Without a program the resolved config has no program section.
+  EXPECT_EQ(to_yaml(parse_job_config("", "job.yaml")).find("program"), std::string::npos);
+  c = parse_job_config("program: {python: " + script + ", interpreter: /opt/py/bin/python}\n",
+                       "job.yaml");
+  EXPECT_EQ(c.program.interpreter, "/opt/py/bin/python");
+  EXPECT_TRUE(c.program.args.empty());
+}
+
+TEST(JobConfigProgram, ErrorsNameTheKey) {
+  EXPECT_EQ(error_of("program: {args: [-v]}\n"),
+            "job.yaml:1:10: program: a program needs the Python script to run (program.python)");
+  EXPECT_EQ(error_of("program: {python: /nonexistent/train.py}\n"),
+            "job.yaml:1:19: program.python: no such script: /nonexistent/train.py");
+  const std::string script = std::string(COHORT_SOURCE_DIR) + "/examples/python/train_ddp.py";
+  EXPECT_EQ(error_of("program:\n  python: " + script + "\n  args: -v\n"),
+            "job.yaml:3:9: program.args: expected a list of the script's arguments, got \"-v\"");
+  EXPECT_EQ(error_of("program:\n  python: " + script + "\n  args: [-v, {a: 1}]\n"),
+            "job.yaml:3:14: program.args[1]: expected a string or a number, got a map");
+  EXPECT_EQ(error_of("program:\n  python: " + script + "\n  interpeter: /usr/bin/python3\n"),
+            "job.yaml:3:3: program.interpeter: unknown key; did you mean 'interpreter'?");
+  EXPECT_EQ(error_of("workers: 2\nprogram: {python: " + script + "}\nelastic: {max_restarts: 1}\n"),
+            "job.yaml:3:25: elastic.max_restarts: a Python program's lost workers are not "
+            "replaced (its job ends with the first one lost)");
+  EXPECT_EQ(error_of("workers: 2\nprogram: {python: " + script + "}\nelastic: {min_workers: 1}\n"),
+            "job.yaml:3:24: elastic.min_workers: a Python program does not go on with fewer "
+            "workers (its job ends with the first one lost)");
+  EXPECT_EQ(error_of("program: train.py\n"),
+            "job.yaml:1:10: program: expected a map of keys, got \"train.py\"");
 }
 
 TEST(YamlReader, EditDistanceAndClosestMatch) {

@@ -3,7 +3,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <charconv>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -24,7 +23,7 @@ const Schema& schema() {
   static const Schema s = {
       {"",
        {"name", "workers", "threads_per_worker", "model", "data", "train", "comm", "checkpoint",
-        "elastic", "dashboard", "faults", "debug", "trace"}},
+        "elastic", "dashboard", "faults", "debug", "trace", "program"}},
       {"model", {"name", "memory_format"}},
       {"data", {"name", "path", "samples", "shape", "classes"}},
       {"train",
@@ -48,6 +47,7 @@ const Schema& schema() {
        {"check_collectives", "check_params_every", "hang_timeout_s", "flight_recorder_entries",
         "straggler_margin", "straggler_window", "bandwidth_probe_mb"}},
       {"trace", {"enabled", "max_pending_events"}},
+      {"program", {"python", "args", "interpreter"}},
   };
   return s;
 }
@@ -220,8 +220,6 @@ void read_train(const YamlReader& r, const YAML::Node& root, TrainConfig& t) {
   }
 }
 
-std::string number_text(double v);
-
 void read_elastic(const YamlReader& r, const YAML::Node& root, JobConfig& c) {
   YAML::Node m = r.section(root, "elastic");
   ElasticConfig& e = c.elastic;
@@ -257,7 +255,7 @@ void read_elastic(const YamlReader& r, const YAML::Node& root, JobConfig& c) {
   }
   if (e.failure_timeout_s <= e.heartbeat_s) {
     r.fail("elastic.failure_timeout_s", YamlReader::child(m, "elastic.failure_timeout_s"),
-           "must be longer than elastic.heartbeat_s (" + number_text(e.heartbeat_s) +
+           "must be longer than elastic.heartbeat_s (" + yaml_number(e.heartbeat_s) +
                " s), or every worker is declared lost between two heartbeats");
   }
 }
@@ -392,6 +390,44 @@ void read_debug(const YamlReader& r, const YAML::Node& root, DebugConfig& d) {
   }
 }
 
+void read_program(const YamlReader& r, const YAML::Node& root, const LoadOptions& opt,
+                  ProgramConfig& p) {
+  const YAML::Node given = YamlReader::child(root, "program");
+  if (!given.IsDefined() || given.IsNull()) return;
+  YAML::Node program = r.section(root, "program");
+  auto script = r.get_string(program, "program.python");
+  if (!script || script->empty()) {
+    r.fail("program", program, "a program needs the Python script to run (program.python)");
+  }
+  struct stat st {};
+  if (opt.check_paths && (::stat(script->c_str(), &st) != 0 || !S_ISREG(st.st_mode))) {
+    r.fail("program.python", YamlReader::child(program, "program.python"),
+           "no such script: " + *script);
+  }
+  p.python = *script;
+  if (auto s = r.get_string(program, "program.interpreter")) {
+    if (s->empty()) {
+      r.fail("program.interpreter", YamlReader::child(program, "program.interpreter"),
+             "expected the path of a Python interpreter, got an empty string");
+    }
+    p.interpreter = *s;
+  }
+  YAML::Node args = YamlReader::child(program, "program.args");
+  if (!args.IsDefined() || args.IsNull()) return;
+  if (!args.IsSequence()) {
+    r.fail("program.args", args,
+           "expected a list of the script's arguments, got " + YamlReader::describe(args));
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    // Every argument reaches the script as text: `[--epochs, 3]` passes "3".
+    if (!args[i].IsScalar()) {
+      r.fail("program.args[" + std::to_string(i) + "]", args[i],
+             "expected a string or a number, got " + YamlReader::describe(args[i]));
+    }
+    p.args.push_back(args[i].Scalar());
+  }
+}
+
 JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
   JobConfig c;
   const YAML::Node& doc = r.root();
@@ -462,14 +498,22 @@ JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
                          "an integer in [1000, 2^30]")) {
     c.trace.max_pending_events = *v;
   }
+  read_program(r, root, opt, c.program);
+  if (!c.program.python.empty()) {
+    // A Python program's workers do not follow membership changes yet: a lost one ends the job.
+    YAML::Node elastic = YamlReader::child(root, "elastic");
+    if (c.elastic.max_restarts > 0) {
+      r.fail("elastic.max_restarts", YamlReader::child(elastic, "elastic.max_restarts"),
+             "a Python program's lost workers are not replaced (its job ends with the first one "
+             "lost)");
+    }
+    if (c.elastic.min_or(c.workers) < c.workers) {
+      r.fail("elastic.min_workers", YamlReader::child(elastic, "elastic.min_workers"),
+             "a Python program does not go on with fewer workers (its job ends with the first one "
+             "lost)");
+    }
+  }
   return c;
-}
-
-// Shortest text that reads back as the same double.
-std::string number_text(double v) {
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
-  return std::string(buf, end);
 }
 
 }  // namespace
@@ -546,134 +590,6 @@ JobConfig load_job_config(const std::string& path, const LoadOptions& options) {
   text << in.rdbuf();
   if (in.bad()) throw ConfigError(path + ": cannot read the job file");
   return parse_job_config(text.str(), path, options);
-}
-
-std::string to_yaml(const JobConfig& c) {
-  YAML::Emitter out;
-  auto num = [&](const char* key, double v) {
-    out << YAML::Key << key << YAML::Value << number_text(v);
-  };
-  out << YAML::BeginMap;
-  out << YAML::Key << "name" << YAML::Value << c.name;
-  out << YAML::Key << "workers" << YAML::Value << c.workers;
-  out << YAML::Key << "threads_per_worker" << YAML::Value << c.threads_per_worker;
-  out << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "name" << YAML::Value << std::string(model_kind_name(c.model.name));
-  out << YAML::Key << "memory_format" << YAML::Value
-      << std::string(memory_format_name(c.model.memory_format));
-  out << YAML::EndMap;
-
-  out << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "name" << YAML::Value << std::string(dataset_kind_name(c.data.name));
-  if (c.data.name == DatasetKind::Synthetic) {
-    out << YAML::Key << "samples" << YAML::Value << c.data.samples;
-    out << YAML::Key << "shape" << YAML::Value << YAML::Flow << c.data.shape;
-    out << YAML::Key << "classes" << YAML::Value << c.data.classes;
-  } else {
-    out << YAML::Key << "path" << YAML::Value << YAML::DoubleQuoted << c.data.path;
-  }
-  out << YAML::EndMap;
-
-  const TrainConfig& t = c.train;
-  out << YAML::Key << "train" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "epochs" << YAML::Value << t.epochs;
-  out << YAML::Key << "max_steps" << YAML::Value << t.max_steps;
-  out << YAML::Key << "batch_size" << YAML::Value << t.batch_size;
-  out << YAML::Key << "seed" << YAML::Value << t.seed;
-  out << YAML::Key << "log_every_steps" << YAML::Value << t.log_every_steps;
-  out << YAML::Key << "drop_last" << YAML::Value << (t.drop_last ? "true" : "false");
-  out << YAML::Key << "eval_every_steps" << YAML::Value << t.eval_every_steps;
-  num("stop_at_accuracy", t.stop_at_accuracy);
-  out << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "name" << YAML::Value << std::string(optimizer_kind_name(t.optimizer.name));
-  num("lr", t.optimizer.lr);
-  if (t.optimizer.name == OptimizerKind::Sgd) num("momentum", t.optimizer.momentum);
-  num("weight_decay", t.optimizer.weight_decay);
-  if (t.optimizer.name == OptimizerKind::Adam) {
-    out << YAML::Key << "betas" << YAML::Value << YAML::Flow << YAML::BeginSeq
-        << number_text(t.optimizer.betas[0]) << number_text(t.optimizer.betas[1]) << YAML::EndSeq;
-    num("eps", t.optimizer.eps);
-  }
-  out << YAML::EndMap;
-  out << YAML::Key << "lr_schedule" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "warmup_steps" << YAML::Value << t.lr_schedule.warmup_steps;
-  out << YAML::Key << "scaling" << YAML::Value
-      << std::string(lr_scaling_name(t.lr_schedule.scaling));
-  out << YAML::EndMap << YAML::EndMap;
-
-  out << YAML::Key << "comm" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "algorithm" << YAML::Value << c.comm.algorithm;
-  out << YAML::Key << "transport" << YAML::Value << c.comm.transport;
-  num("bucket_mb", c.comm.bucket_mb);
-  out << YAML::Key << "buffers" << YAML::Value << c.comm.buffers;
-  num("timeout_s", c.comm.timeout_s);
-  out << YAML::Key << "compression" << YAML::Value << c.comm.compression;
-  num("compression_min_kb", c.comm.compression_min_kb);
-  out << YAML::Key << "error_feedback" << YAML::Value << (c.comm.error_feedback ? "true" : "false");
-  if (c.comm.compression == "int8") {
-    out << YAML::Key << "int8" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "chunk" << YAML::Value << c.comm.int8_chunk;
-    out << YAML::Key << "stochastic_rounding" << YAML::Value
-        << (c.comm.int8_stochastic_rounding ? "true" : "false");
-    out << YAML::EndMap;
-  } else if (c.comm.compression == "topk") {
-    out << YAML::Key << "topk" << YAML::Value << YAML::BeginMap;
-    num("ratio", c.comm.topk_ratio);
-    out << YAML::Key << "warmup_steps" << YAML::Value << c.comm.topk_warmup_steps;
-    out << YAML::EndMap;
-  } else if (c.comm.compression == "powersgd") {
-    out << YAML::Key << "powersgd" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "rank" << YAML::Value << c.comm.powersgd_rank;
-    out << YAML::Key << "warmup_steps" << YAML::Value << c.comm.powersgd_warmup_steps;
-    out << YAML::EndMap;
-  }
-  out << YAML::EndMap;
-  out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "every_steps" << YAML::Value << c.checkpoint.every_steps;
-  out << YAML::Key << "keep" << YAML::Value << c.checkpoint.keep;
-  out << YAML::EndMap;
-  const ElasticConfig& e = c.elastic;
-  out << YAML::Key << "elastic" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "min_workers" << YAML::Value << e.min_workers;
-  out << YAML::Key << "max_workers" << YAML::Value << e.max_workers;
-  num("heartbeat_s", e.heartbeat_s);
-  num("failure_timeout_s", e.failure_timeout_s);
-  out << YAML::Key << "max_restarts" << YAML::Value << e.max_restarts;
-  out << YAML::Key << "snapshot_every_steps" << YAML::Value << e.snapshot_every_steps;
-  num("join_timeout_s", e.join_timeout_s);
-  out << YAML::EndMap;
-  if (c.dashboard != DashboardConfig{}) {
-    out << YAML::Key << "dashboard" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "enabled" << YAML::Value << (c.dashboard.enabled ? "true" : "false");
-    out << YAML::Key << "bind" << YAML::Value << c.dashboard.bind;
-    out << YAML::Key << "port" << YAML::Value << c.dashboard.port;
-    out << YAML::EndMap;
-  }
-  out << YAML::Key << "faults" << YAML::Value << YAML::BeginSeq;
-  for (const FaultConfig& f : c.faults) {
-    out << YAML::Flow << YAML::BeginMap;
-    out << YAML::Key << "kind" << YAML::Value << std::string(fault_kind_name(f.kind));
-    out << YAML::Key << "rank" << YAML::Value << f.rank;
-    out << YAML::Key << "at_step" << YAML::Value << f.at_step;
-    if (f.kind == FaultKind::Slow || f.kind == FaultKind::Hang) num("seconds", f.seconds);
-    out << YAML::EndMap;
-  }
-  out << YAML::EndSeq;
-  out << YAML::Key << "debug" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "check_collectives" << YAML::Value
-      << (c.debug.check_collectives ? "true" : "false");
-  out << YAML::Key << "check_params_every" << YAML::Value << c.debug.check_params_every;
-  num("hang_timeout_s", c.debug.hang_timeout_s);
-  out << YAML::Key << "flight_recorder_entries" << YAML::Value << c.debug.flight_recorder_entries;
-  num("straggler_margin", c.debug.straggler_margin);
-  out << YAML::Key << "straggler_window" << YAML::Value << c.debug.straggler_window;
-  num("bandwidth_probe_mb", c.debug.bandwidth_probe_mb);
-  out << YAML::EndMap;
-  out << YAML::Key << "trace" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "enabled" << YAML::Value << (c.trace.enabled ? "true" : "false");
-  out << YAML::Key << "max_pending_events" << YAML::Value << c.trace.max_pending_events;
-  out << YAML::EndMap << YAML::EndMap;
-  return std::string(out.c_str()) + "\n";
 }
 
 InputSpec input_spec(const DataConfig& data) {

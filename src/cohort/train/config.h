@@ -159,6 +159,15 @@ struct TraceConfig {
   bool operator==(const TraceConfig&) const = default;
 };
 
+// A Python program as the job's workers (docs/job-config.md, "program"): each worker runs
+// `interpreter -u python args...` with torchrun's variables instead of Cohort's own trainer.
+struct ProgramConfig {
+  std::string python;  // the script; empty: the job trains one of Cohort's models
+  std::vector<std::string> args;
+  std::string interpreter = "/usr/bin/python3";
+  bool operator==(const ProgramConfig&) const = default;
+};
+
 struct JobConfig {
   std::string name = "cohort-job";
   int64_t workers = 1;
@@ -173,6 +182,7 @@ struct JobConfig {
   std::vector<FaultConfig> faults;
   DebugConfig debug;
   TraceConfig trace;
+  ProgramConfig program;
   bool operator==(const JobConfig&) const = default;
 };
 

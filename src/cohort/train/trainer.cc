@@ -21,6 +21,7 @@
 #include "cohort/trace/tracer.h"
 #include "cohort/train/checkpoint.h"
 #include "cohort/train/dataset.h"
+#include "cohort/train/faults.h"
 #include "cohort/train/models.h"
 #include "cohort/train/sampler.h"
 #include "cohort/train/schedule.h"
@@ -227,67 +228,6 @@ trace::RankHeader probe_transport(comm::Communicator& comm, double mb, comm::Alg
   h.probe_busbw_gbps = static_cast<double>(h.probe_bytes) * 2 * (n - 1) / n / best / 1e9;
   return h;
 }
-
-// The job's faults: (rank, at_step, kind) fire at step boundaries of this rank (config.h).
-// A fault fires once per worker process (a replacement that redoes the step fires it again).
-class FaultInjector {
- public:
-  FaultInjector(const std::vector<FaultConfig>& all, int rank) {
-    for (const auto& f : all) {
-      if (f.rank == rank) faults_.push_back(f);
-    }
-  }
-
-  // At the boundary where `completed` steps are done. Kill and hang do not come back (hang: not
-  // for `seconds`).
-  void at_step(int64_t completed, comm::Communicator& comm) {
-    for (const auto& f : faults_) {
-      if (f.kind == FaultKind::Slow) {
-        if (completed == f.at_step) announce(f, completed);
-        continue;
-      }
-      if (completed != f.at_step || fired_.count(&f - faults_.data())) continue;
-      fired_.insert(&f - faults_.data());  // a rollback to an earlier step does not repeat it
-      announce(f, completed);
-      switch (f.kind) {
-        case FaultKind::Kill:
-          ::kill(::getpid(), SIGKILL);
-          break;
-        case FaultKind::Hang:
-          if (f.seconds > 0) {
-            std::this_thread::sleep_for(std::chrono::duration<double>(f.seconds));
-          } else {
-            for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
-          }
-          break;
-        case FaultKind::Disconnect:
-          comm.cut_connections();
-          break;
-        case FaultKind::Slow:
-          break;
-      }
-    }
-  }
-  // Extra seconds this step takes (slow faults that have begun).
-  double slowdown(int64_t completed) const {
-    double s = 0;
-    for (const auto& f : faults_) {
-      if (f.kind == FaultKind::Slow && completed >= f.at_step) s += f.seconds;
-    }
-    return s;
-  }
-
- private:
-  static void announce(const FaultConfig& f, int64_t completed) {
-    std::string what = std::string(fault_kind_name(f.kind));
-    if (f.seconds > 0) what += " (" + std::to_string(f.seconds) + " s)";
-    spdlog::warn("injecting fault: {} after {} steps (faults: in the job file)", what, completed);
-    spdlog::default_logger()->flush();
-  }
-
-  std::vector<FaultConfig> faults_;
-  std::set<std::ptrdiff_t> fired_;
-};
 
 // The codec state this rank had when the checkpoint `name` was written, if it holds one for a
 // job of this world size (compression that resumes otherwise starts with empty residuals).
@@ -645,7 +585,7 @@ json train(TrainerContext& ctx) {
         bool epoch_end = false;
         while (!epoch_end && state.step < max_steps && !reached) {
           phase(state.step + 1, comm::Phase::Data);
-          faults.at_step(state.step, comm);
+          faults.at_step(state.step, &comm);
           auto t0 = Clock::now();
           if (!t_train) t_train = t0;
           auto batch = sampler.next();

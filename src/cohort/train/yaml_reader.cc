@@ -70,6 +70,12 @@ std::string join_list(const std::vector<std::string>& items) {
 
 }  // namespace
 
+std::string yaml_number(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, end);
+}
+
 size_t edit_distance(std::string_view a, std::string_view b) {
   // Optimal string alignment: Levenshtein plus adjacent transpositions ("bacth" -> "batch" is 1).
   std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));

@@ -20,6 +20,9 @@ namespace cohort::train {
 // Section path ("" for the root, "train.optimizer", ...) -> the keys it may hold.
 using Schema = std::map<std::string, std::vector<std::string>, std::less<>>;
 
+// The shortest text that reads back as the same double (how numbers are written back).
+std::string yaml_number(double v);
+
 // Optimal-string-alignment edit distance (insertions, deletions, substitutions, transpositions).
 size_t edit_distance(std::string_view a, std::string_view b);
 // The candidate closest to `word`, if it is close enough to be a plausible typo.
