@@ -8,8 +8,35 @@
 #include "cohort/base/error.h"
 #include "cohort/comm/types.h"
 #include "cohort/dist/process_group.h"
+#include "job_worker.h"
 
 namespace py = pybind11;
+
+namespace {
+
+// The job this process is a worker of, when `cohort run` started it (job_worker.h).
+std::shared_ptr<cohort::python::JobWorker> g_job;
+
+c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+    std::chrono::milliseconds timeout) {
+  if (g_job) {
+    if (auto comm = g_job->claim(rank, size, timeout)) {
+      return c10::make_intrusive<cohort::dist::ProcessGroupCohort>(store, std::move(comm),
+                                                                   g_job->group_settings());
+    }
+  }
+  return c10::make_intrusive<cohort::dist::ProcessGroupCohort>(
+      store, rank, size, timeout, cohort::dist::settings_from_environment());
+}
+
+cohort::python::JobWorker& job() {
+  if (!g_job)
+    throw cohort::ConfigError("this process is not a worker of a job `cohort run` started");
+  return *g_job;
+}
+
+}  // namespace
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "Cohort's torch.distributed backend";
@@ -24,14 +51,37 @@ PYBIND11_MODULE(_C, m) {
   py::register_exception<cohort::AbortedError>(m, "AbortedError", error.ptr());
   py::register_exception<cohort::ConfigError>(m, "ConfigError", error.ptr());
 
+  m.def("_create_process_group", &create_process_group, py::arg("store"), py::arg("rank"),
+        py::arg("world_size"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>(),
+        "The creator torch.distributed calls for init_process_group('cohort') and new_group().");
+
+  // The job worker (job_worker.h), driven by cohort/__init__.py and cohort/job.py.
   m.def(
-      "_create_process_group",
-      [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-         std::chrono::milliseconds timeout) -> c10::intrusive_ptr<c10d::ProcessGroup> {
-        return c10::make_intrusive<cohort::dist::ProcessGroupCohort>(
-            store, rank, size, timeout, cohort::dist::settings_from_environment());
+      "_job_start",
+      [] {
+        if (g_job) return true;
+        auto options = cohort::python::JobWorker::options_from_environment();
+        if (!options) return false;
+        g_job = std::make_shared<cohort::python::JobWorker>(*options);
+        return true;
       },
-      py::arg("store"), py::arg("rank"), py::arg("world_size"), py::arg("timeout"),
       py::call_guard<py::gil_scoped_release>(),
-      "The creator torch.distributed calls for init_process_group('cohort') and new_group().");
+      "Joins the job `cohort run` started this process for; False when it did not.");
+  m.def(
+      "_job_rank", [] { return job().rank(); }, "This worker's rank in the job.");
+  m.def(
+      "_job_report", [](const std::string& record) { job().report(nlohmann::json::parse(record)); },
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_job_finish",
+      [](const std::string& summary) {
+        if (g_job) g_job->finish(nlohmann::json::parse(summary));
+      },
+      py::call_guard<py::gil_scoped_release>());
+  m.def(
+      "_job_failed",
+      [](const std::string& what, bool timed_out) {
+        if (g_job) g_job->fail(what, timed_out);
+      },
+      py::call_guard<py::gil_scoped_release>());
 }

@@ -4,7 +4,8 @@ dataset-fashion-mnist). It runs on Gloo or on Cohort by changing one word, the b
 
     torchrun --nproc_per_node 2 --redirects 1 --tee 1 train_ddp.py --backend gloo
     torchrun --nproc_per_node 2 --redirects 1 --tee 1 train_ddp.py --backend cohort
-    cohort run --workers 2 train_ddp.py --backend cohort     # with a run directory and logs
+    cohort run --workers 2 train_ddp.py --backend cohort     # a Cohort job: run directory,
+                                                             # progress, console, hang reports
 
 (For the cohort backend the package must be importable: `make install`, or
 PYTHONPATH=build/release/python in a source checkout.)
@@ -47,8 +48,10 @@ def main():
     p.add_argument("--lr", type=float, default=0.05)
     args = p.parse_args()
 
+    report = lambda step, **metrics: None  # noqa: E731
     if args.backend == "cohort":
-        import cohort  # noqa: F401  (registers the backend)
+        import cohort  # registers the backend
+        report = cohort.report  # progress for `cohort run` (nothing under torchrun)
     dist.init_process_group(args.backend)  # env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
@@ -58,6 +61,8 @@ def main():
     x, y = load(args.data, "train")
     sampler = torch.utils.data.distributed.DistributedSampler(range(len(y)), world, rank, seed=0)
     step = 0
+    steps_per_epoch = (len(sampler) + args.batch_size - 1) // args.batch_size
+    total = min(args.max_steps or 1 << 62, steps_per_epoch * args.epochs)
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         idx = torch.tensor(list(iter(sampler)))
@@ -68,6 +73,9 @@ def main():
             loss.backward()
             opt.step()
             step += 1
+            if step % 10 == 0:
+                report(step, loss=loss.item(), samples=10 * len(b), epoch=epoch,
+                       epochs=args.epochs, total_steps=total)
             if rank == 0 and step % 100 == 0:
                 print(f"epoch {epoch} step {step} loss {loss.item():.4f}", flush=True)
             if args.max_steps and step >= args.max_steps:
@@ -78,6 +86,7 @@ def main():
         correct = torch.tensor([(model(xt[mine]).argmax(1) == yt[mine]).sum().item(), len(mine)],
                                dtype=torch.float64)
     dist.all_reduce(correct)
+    report(step, test_accuracy=(correct[0] / correct[1]).item())
     if rank == 0:
         print(f"done: {step} steps on {world} workers with {args.backend}, "
               f"test accuracy {correct[0] / correct[1]:.4f}", flush=True)

@@ -20,7 +20,13 @@ from cohort._C import (  # noqa: F401  (re-exported)
     _create_process_group,
 )
 
+from cohort.job import report  # noqa: F401  (re-exported)
+from cohort import job as _job
+
 BACKEND = "cohort"
 
 if not hasattr(_dist.Backend, BACKEND.upper()):
     _dist.Backend.register_backend(BACKEND, _create_process_group)
+
+# A worker of a job `cohort run` started joins it on import (cohort/job.py).
+_job._join()

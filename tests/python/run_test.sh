@@ -46,7 +46,7 @@ PY
 if "$COHORT" run --workers 2 --run-dir "$tmp/fails" "$tmp/fails.py" >"$tmp/fails.out" 2>&1; then
   fail "a failing worker did not fail the job"
 fi
-grep -q "rank 1 exited with code 3" "$tmp/fails.out" || { cat "$tmp/fails.out"; fail "no rank named"; }
+grep -q "lost rank 1 (host .*): exited with code 3" "$tmp/fails.out" || { cat "$tmp/fails.out"; fail "no rank named"; }
 grep -q '"status": "failed"' "$tmp/fails/summary.json" || fail "summary of the failed job"
 grep -q '"0": "killed by signal 15' "$tmp/fails/summary.json" ||
   fail "rank 0 was not stopped: $(cat "$tmp/fails/summary.json")"

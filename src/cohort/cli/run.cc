@@ -37,6 +37,8 @@
 #include "cohort/cli/args.h"
 #include "cohort/cli/commands.h"
 #include "cohort/cli/job_files.h"
+#include "cohort/cli/python_launch.h"
+#include "cohort/cli/run_job.h"
 #include "cohort/elastic/coordinator.h"
 #include "cohort/elastic/job_protocol.h"
 #include "cohort/elastic/process.h"
@@ -151,6 +153,29 @@ json aggregate_summary(const std::vector<json>& per_rank, const train::JobConfig
   return s;
 }
 
+// What a Python program's workers reported at their end (python/cohort/job.py): rank 0's view of
+// the model, every rank's samples.
+json python_summary(const std::vector<json>& per_rank, const train::JobConfig& cfg, double wall) {
+  json s{{"name", cfg.name}, {"world_size", per_rank.size()}, {"wall_seconds", wall}};
+  const json& r0 = per_rank.at(0);
+  for (const char* key : {"steps", "final_loss", "test_accuracy", "test_loss"}) {
+    if (r0.contains(key)) s[key] = r0[key];
+  }
+  double train_seconds = 0;
+  uint64_t samples = 0;
+  for (const auto& r : per_rank) {
+    samples += r.value("samples", 0UL);
+    train_seconds = std::max(train_seconds, r.value("train_seconds", 0.0));
+  }
+  if (samples > 0) {
+    s["samples"] = samples;
+    s["train_seconds"] = train_seconds;
+    s["samples_per_sec"] = train_seconds > 0 ? samples / train_seconds : 0.0;
+  }
+  s["per_rank"] = per_rank;
+  return s;
+}
+
 void print_report(const json& s, const std::string& run_dir) {
   double comm = s.value("comm_seconds", 0.0), compute = s.value("compute_seconds", 0.0);
   std::printf("\n%s: %ld workers, %ld steps, %.2f epochs in %s\n",
@@ -172,6 +197,25 @@ void print_report(const json& s, const std::string& run_dir) {
   if (s.value("compression", std::string("none")) != "none") {
     std::printf("  compression       %s, %.1fx fewer gradient bytes than f32\n",
                 s.value("compression", std::string()).c_str(), s.value("compression_ratio", 1.0));
+  }
+  std::printf("  run directory     %s\n", run_dir.c_str());
+}
+
+// A Python program's outcome: what its workers reported (cohort.report), if anything.
+void print_python_report(const json& s, const std::string& run_dir) {
+  std::printf("\n%s: %ld workers in %s\n", s.value("status", std::string("?")).c_str(),
+              s.value("world_size", 0L), format_duration(s.value("wall_seconds", 0.0)).c_str());
+  if (s.contains("per_rank")) {
+    std::printf("  steps             %ld\n", s.value("steps", 0L));
+    const json& r0 = s["per_rank"].at(0);
+    if (r0.contains("final_loss"))
+      std::printf("  final loss        %.4f\n", s.value("final_loss", 0.0));
+    if (r0.contains("test_accuracy")) {
+      std::printf("  test accuracy     %.4f\n", s.value("test_accuracy", 0.0));
+    }
+    if (s.value("samples", 0L) > 0) {
+      std::printf("  throughput        %.0f samples/s\n", s.value("samples_per_sec", 0.0));
+    }
   }
   std::printf("  run directory     %s\n", run_dir.c_str());
 }
@@ -266,28 +310,42 @@ int usage(std::ostream& os, int code) {
 
 }  // namespace
 
-int python_script_at(int argc, char** argv);  // run_python.cc
-int run_python_main(int argc, char** argv);
-
 int run_main(int argc, char** argv) {
   if (python_script_at(argc, argv) > 0) return run_python_main(argc, argv);
   Args args(argc, argv, {"set", "run-dir", "resume", "bind", "port", "token-file"},
             {"help", "external-workers"});
-  const bool external = args.has("external-workers");
   if (args.has("help")) return usage(std::cout, 0);
-  std::string resume_dir = args.get_or("resume", "");
-  if (args.positionals().size() != (resume_dir.empty() ? 1u : 0u)) return usage(std::cerr, 2);
+  RunSettings settings;
+  settings.resume_dir = args.get_or("resume", "");
+  if (args.positionals().size() != (settings.resume_dir.empty() ? 1u : 0u)) {
+    return usage(std::cerr, 2);
+  }
+  settings.external = args.has("external-workers");
+  settings.run_dir = args.get_or("run-dir", "");
+  settings.bind = args.get_or("bind", "127.0.0.1");
+  settings.port = static_cast<uint16_t>(args.get_int("port", 0));
+  settings.token_file = args.get_or("token-file", "");
 
   // Resolve the job: from the job file, or from the run directory being resumed.
-  std::string job_path =
-      resume_dir.empty() ? args.positionals()[0] : (fs::path(resume_dir) / "config.yaml").string();
+  std::string job_path = settings.resume_dir.empty()
+                             ? args.positionals()[0]
+                             : (fs::path(settings.resume_dir) / "config.yaml").string();
   train::LoadOptions load_options;
   load_options.overrides = args.all("set");
-  train::JobConfig cfg = train::load_job_config(job_path, load_options);
+  return run_job(train::load_job_config(job_path, load_options), settings);
+}
 
+int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
+  const bool external = settings.external;
+  const std::string& resume_dir = settings.resume_dir;
+  const bool python = !cfg.program.python.empty();
+  if (python && external) {
+    throw ConfigError(
+        "--external-workers: the workers of a Python program are started by this launcher");
+  }
   fs::path run_dir = !resume_dir.empty() ? fs::path(resume_dir)
-                     : args.has("run-dir")
-                         ? fs::path(*args.get("run-dir"))
+                     : !settings.run_dir.empty()
+                         ? fs::path(settings.run_dir)
                          : fs::path("runs") / (cfg.name + "-" + timestamp_for_dir());
   fs::create_directories(run_dir / "logs");
   fs::create_directories(run_dir / "checkpoints");
@@ -296,12 +354,12 @@ int run_main(int argc, char** argv) {
   log::add_file((run_dir / "logs" / "launcher.log").string());
   spdlog::info("job '{}': {} workers, run directory {}", cfg.name, cfg.workers, run_dir.string());
 
-  std::string token = job_token(args.get_or("token-file", ""));
+  std::string token = job_token(settings.token_file);
 
   auto ms = [](double sec) { return std::chrono::milliseconds(static_cast<long>(sec * 1000)); };
   elastic::Coordinator coordinator({
-      .bind_host = args.get_or("bind", "127.0.0.1"),
-      .port = static_cast<uint16_t>(args.get_int("port", 0)),
+      .bind_host = settings.bind,
+      .port = settings.port,
       .token = token,
       .world_size = static_cast<int>(cfg.workers),
       .config_yaml = train::to_yaml(cfg),
@@ -336,26 +394,45 @@ int run_main(int argc, char** argv) {
   int next_rank = static_cast<int>(cfg.workers);
   int restarts = 0;
   if (external) {
-    std::printf("cohort: waiting for %ld workers: cohort worker --join %s --token-file %s\n",
-                static_cast<long>(cfg.workers), ep.str().c_str(),
-                args.get_or("token-file", "<file with the job token>").c_str());
+    std::printf(
+        "cohort: waiting for %ld workers: cohort worker --join %s --token-file %s\n",
+        static_cast<long>(cfg.workers), ep.str().c_str(),
+        (settings.token_file.empty() ? "<file with the job token>" : settings.token_file.c_str()));
     std::fflush(stdout);
   }
+  // The launcher's workers reach the coordinator where it listens (loopback when it listens on
+  // every address).
+  const bool any_address = ep.host.empty() || ep.host == "0.0.0.0" || ep.host == "::";
+  const std::string local_host = any_address ? "127.0.0.1" : ep.host;
+  // A Python program's env:// rendezvous (torch.distributed's own store).
+  std::unique_ptr<TorchRendezvous> rendezvous;
+  if (python) rendezvous = std::make_unique<TorchRendezvous>(local_host, 0, cfg.workers);
   auto spawn = [&](int r) {
     std::string log = (run_dir / "logs" / ("rank-" + std::to_string(r) + ".log")).string();
-    auto child = elastic::ChildProcess::spawn({
-        .executable = self,
-        .args = {"worker", "--join", "127.0.0.1:" + std::to_string(ep.port), "--rank",
-                 std::to_string(r)},
-        // BLAS and OpenMP pools are sized when the libraries load, before main(): the worker's
-        // thread budget has to be in its environment from the start, or every worker starts a
-        // pool as wide as the machine and the workers fight over the cores.
-        .env = {{"COHORT_TOKEN", token},
-                {"OMP_NUM_THREADS", std::to_string(cfg.threads_per_worker)},
-                {"OPENBLAS_NUM_THREADS", std::to_string(cfg.threads_per_worker)}},
-        .stdout_path = log,
-        .stderr_path = log,
-    });
+    auto child = elastic::ChildProcess::spawn(
+        python
+            ? python_worker_process(cfg, {.rank = r,
+                                          .world_size = static_cast<int>(cfg.workers),
+                                          .coordinator = local_host + ":" + std::to_string(ep.port),
+                                          .master_addr = local_host,
+                                          .master_port = rendezvous->port(),
+                                          .token = token,
+                                          .run_dir = fs::absolute(run_dir).string(),
+                                          .log = log})
+            : elastic::SpawnOptions{
+                  .executable = self,
+                  .args = {"worker", "--join", "127.0.0.1:" + std::to_string(ep.port), "--rank",
+                           std::to_string(r)},
+                  // BLAS and OpenMP pools are sized when the libraries load, before main():
+                  // the worker's thread budget has to be in its environment from the start,
+                  // or every worker starts a pool as wide as the machine and the workers fight
+                  // over the cores.
+                  .env = {{"COHORT_TOKEN", token},
+                          {"OMP_NUM_THREADS", std::to_string(cfg.threads_per_worker)},
+                          {"OPENBLAS_NUM_THREADS", std::to_string(cfg.threads_per_worker)}},
+                  .stdout_path = log,
+                  .stderr_path = log,
+              });
     coordinator.worker_started(r, child.pid());
     pid_t pid = child.pid();
     workers.emplace(r, std::move(child));
@@ -380,10 +457,8 @@ int run_main(int argc, char** argv) {
     return false;
   };
 
-  // The launcher reaches its own coordinator where it listens (loopback when it listens on every
-  // address): a job bound to one interface has no store on 127.0.0.1.
-  const bool any_address = ep.host.empty() || ep.host == "0.0.0.0" || ep.host == "::";
-  store::TcpStore debug_store({any_address ? "127.0.0.1" : ep.host, ep.port}, token);
+  // A job bound to one interface has no store on 127.0.0.1.
+  store::TcpStore debug_store({local_host, ep.port}, token);
   trace::HangWatch hang_watch(debug_store, elastic::keys::kDebugPrefix,
                               static_cast<int>(cfg.workers), cfg.debug.hang_timeout_s);
   auto next_hang_check = Clock::now(), next_straggler_check = Clock::now();
@@ -424,6 +499,13 @@ int run_main(int argc, char** argv) {
   };
 
   std::string status = "completed", error;
+  std::map<int, bool> exit_ok;  // by rank, once its process exited
+  auto all_members_succeeded = [&] {
+    for (int r : coordinator.members()) {
+      if (!exit_ok.count(r) || !exit_ok[r]) return false;
+    }
+    return !coordinator.members().empty();
+  };
   std::vector<std::string> losses;  // "rank R (host, pid P): cause", in order
   for (;;) {
     for (auto& m : coordinator.poll_metrics()) {
@@ -465,6 +547,7 @@ int run_main(int argc, char** argv) {
       auto st = w.poll();
       if (!st || exited.count(r)) continue;
       exited.insert(r);
+      exit_ok[r] = st->ok();
       spdlog::info("rank {} (pid {}) exited: {}", r, w.pid(), st->describe());
       events.write({{"event", "worker_exited"},
                     {"rank", r},
@@ -513,10 +596,13 @@ int run_main(int argc, char** argv) {
       }
       break;
     }
-    if (coordinator.summaries()) break;
+    // A Python program's workers are done when their processes are: one that posted its summary
+    // may still be running the end of its script.
+    if (!python && coordinator.summaries()) break;
     if (!external && exited.size() == workers.size()) {
+      if (python && all_members_succeeded()) break;
       status = "failed";
-      error = "every worker exited without a final summary" +
+      error = (python ? "every worker exited" : "every worker exited without a final summary") +
               (losses.empty() ? std::string() : " (lost " + losses.back() + ")");
       break;
     }
@@ -544,20 +630,23 @@ int run_main(int argc, char** argv) {
     if (console) console->monitor().add_metric(m);
   }
   progress.end_line();
+  json exits = json::object();  // how each worker process ended, by rank
   for (auto& [r, w] : workers) {
     // A worker the job went on without may be stopped: SIGTERM would wait for it to be resumed.
     if (coordinator.is_lost(r)) w.signal(SIGKILL);
-    w.terminate(std::chrono::seconds(5));
+    exits[std::to_string(r)] = w.terminate(std::chrono::seconds(5)).describe();
   }
   double wall = std::chrono::duration<double>(Clock::now() - start).count();
 
   json summary;
   auto per_rank = coordinator.summaries();
-  if (status == "completed" && !per_rank) {
+  if (status == "completed" && !per_rank && !python) {
     status = "failed";
     error = "workers exited without reporting a summary";
   }
-  if (per_rank) {
+  if (per_rank && python) {
+    summary = python_summary(*per_rank, cfg, wall);
+  } else if (per_rank) {
     summary = aggregate_summary(*per_rank, cfg, wall);
   } else {
     summary = {{"name", cfg.name}, {"world_size", cfg.workers}, {"wall_seconds", wall}};
@@ -570,6 +659,7 @@ int run_main(int argc, char** argv) {
   summary["workers_lost"] = losses.size();
   summary["restarts"] = restarts;
   summary["membership_epoch"] = coordinator.epoch();
+  summary["exits"] = exits;
   summary["status"] = status;
   if (!error.empty()) summary["error"] = error;
   write_file_atomically(run_dir / "summary.json", summary.dump(2) + "\n");
@@ -578,7 +668,11 @@ int run_main(int argc, char** argv) {
   if (console) console->monitor().finish(status, summary);
 
   if (status == "completed") {
-    print_report(summary, run_dir.string());
+    if (python) {
+      print_python_report(summary, run_dir.string());
+    } else {
+      print_report(summary, run_dir.string());
+    }
     return 0;
   }
   std::fprintf(stderr, "\ncohort: job %s: %s\n", status.c_str(), error.c_str());

@@ -1,82 +1,119 @@
-// `cohort run [options] train.py [the script's arguments]`: a Python training script launched the
-// way torchrun launches it, so that a script written for torchrun runs unchanged (RANK,
-// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; init_process_group's env://
-// rendezvous finds the store this launcher serves, as torchrun's agent serves its own), and the
-// way `cohort run` runs a job: a run directory with every rank's log (logs/rank-N.log),
-// events.jsonl and summary.json, Ctrl-C stopping every worker, no worker outliving the launcher.
-// The first worker that fails ends the job (its log's tail is printed); the others are stopped.
-#include <signal.h>
-#include <unistd.h>
-
+// `cohort run [options] train.py [the script's arguments]`: a job whose workers are that script,
+// as a job file's `program:` makes one, run like every job (run.cc): a run directory with every
+// rank's log, events.jsonl, metrics.jsonl and summary.json, the console, `cohort status`, hang
+// reports, Ctrl-C stopping every worker, no worker outliving the launcher.
 #include <algorithm>
-#include <atomic>
-#include <cstdio>
-#include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include "cohort/base/clock.h"
 #include "cohort/base/error.h"
-#include "cohort/base/file.h"
-#include "cohort/base/log.h"
 #include "cohort/cli/args.h"
-#include "cohort/cli/job_files.h"
-#include "cohort/elastic/process.h"
+#include "cohort/cli/python_launch.h"
+#include "cohort/cli/run_job.h"
 
 namespace fs = std::filesystem;
-using nlohmann::json;
 
 namespace cohort::cli {
 
-namespace {
+struct TorchRendezvous::Impl {
+  c10::intrusive_ptr<c10d::TCPStore> store;
+};
 
-std::atomic<int> g_python_stop{0};
-
-void on_python_stop(int sig) {
-  g_python_stop = sig;
+TorchRendezvous::TorchRendezvous(const std::string& host, uint16_t port, int workers)
+    : impl_(std::make_unique<Impl>()) {
+  c10d::TCPStoreOptions options;
+  options.port = port;
+  options.isServer = true;
+  options.waitWorkers = false;
+  options.numWorkers = static_cast<size_t>(workers);
+  impl_->store = c10::make_intrusive<c10d::TCPStore>(host, options);
 }
+
+TorchRendezvous::~TorchRendezvous() = default;
+
+uint16_t TorchRendezvous::port() const {
+  return impl_->store->getPort();
+}
+
+elastic::SpawnOptions python_worker_process(const train::JobConfig& cfg, const PythonWorker& w) {
+  std::vector<std::string> args = {"-u", fs::absolute(cfg.program.python).string()};
+  args.insert(args.end(), cfg.program.args.begin(), cfg.program.args.end());
+  const std::string rank = std::to_string(w.rank), world = std::to_string(w.world_size);
+  const std::string threads = std::to_string(cfg.threads_per_worker);
+  return {
+      .executable = cfg.program.interpreter,
+      .args = std::move(args),
+      .env = {{"RANK", rank},
+              {"LOCAL_RANK", rank},
+              {"GROUP_RANK", "0"},
+              {"ROLE_RANK", rank},
+              {"WORLD_SIZE", world},
+              {"LOCAL_WORLD_SIZE", world},
+              {"ROLE_WORLD_SIZE", world},
+              {"MASTER_ADDR", w.master_addr},
+              {"MASTER_PORT", std::to_string(w.master_port)},
+              {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+              // What torchrun's workers also see (env:// reads the restart count).
+              {"TORCHELASTIC_RESTART_COUNT", "0"},
+              {"TORCHELASTIC_MAX_RESTARTS", std::to_string(cfg.elastic.max_restarts)},
+              {"TORCHELASTIC_RUN_ID", fs::path(w.run_dir).filename().string()},
+              {"GROUP_WORLD_SIZE", "1"},
+              {"ROLE_NAME", "default"},
+              {"COHORT_JOIN", w.coordinator},
+              {"COHORT_JOB_RANK", rank},
+              {"COHORT_TOKEN", w.token},
+              {"COHORT_RUN_DIR", w.run_dir},
+              {"OMP_NUM_THREADS", threads},
+              {"OPENBLAS_NUM_THREADS", threads}},
+      .stdout_path = w.log,
+      .stderr_path = w.log,
+  };
+}
+
+namespace {
 
 int python_usage(std::ostream& os, int code) {
   os << "usage: cohort run [options] SCRIPT.py [the script's arguments...]\n"
         "options: --workers N           worker processes (1)\n"
         "         --python PATH         the interpreter (/usr/bin/python3)\n"
         "         --threads-per-worker T  OMP_NUM_THREADS of each (CPUs / workers, at least 1)\n"
-        "         --run-dir DIR         where logs, events.jsonl and summary.json go\n"
-        "                               (runs/<script>-<time>)\n"
-        "         --port P              the rendezvous store's port (any free one)\n"
+        "         --set key=value       any other key of a job file (docs/job-config.md), e.g.\n"
+        "                               dashboard.enabled=true, comm.timeout_s=60\n"
+        "         --run-dir DIR         the run directory (runs/<script>-<time>)\n"
+        "         --bind HOST --port P  where the coordinator listens (127.0.0.1, any port)\n"
         "         --token-file F        the job token (COHORT_TOKEN of every worker)\n\n"
         "Everything after the script is the script's. Each worker gets torchrun's variables\n"
         "(RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so\n"
         "init_process_group(\"cohort\") (after `import cohort`) or any other backend finds its\n"
-        "peers through this launcher's store.\n";
+        "peers; `import cohort` also makes it a worker of the job (docs/python.md).\n";
   return code;
 }
 
-std::string stamp() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", &tm);
-  return buf;
+// A job name from the script's: what a job file's `name:` allows.
+std::string job_name_of(const fs::path& script) {
+  std::string name = script.stem().string();
+  for (char& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
+  }
+  if (name.empty()) name = "python";
+  return name.substr(0, 64);
 }
 
-std::string tail_of_file(const fs::path& p, size_t max_bytes = 2000) {
-  std::ifstream in(p, std::ios::binary);
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return s.size() > max_bytes ? "..." + s.substr(s.size() - max_bytes) : s;
+// The YAML text of a value given on the command line: quoted, so that it stays a string.
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
 }
 
 }  // namespace
 
-// Where `cohort run`'s first argument that is not an option (nor an option's value) is, when it
-// names a Python script; -1 otherwise (a job file, or nothing).
 int python_script_at(int argc, char** argv) {
   static const std::set<std::string> kValued = {"set",     "run-dir", "resume",
                                                 "bind",    "port",    "token-file",
@@ -96,137 +133,39 @@ int run_python_main(int argc, char** argv) {
   // The script and what follows it are the script's.
   const int script_at = python_script_at(argc, argv);
   if (script_at < 0) return python_usage(std::cerr, 2);
-  Args args(script_at, argv,
-            {"workers", "python", "threads-per-worker", "run-dir", "port", "token-file"}, {"help"});
+  Args args(
+      script_at, argv,
+      {"workers", "python", "threads-per-worker", "set", "run-dir", "bind", "port", "token-file"},
+      {"help"});
   if (args.has("help")) return python_usage(std::cout, 0);
   if (!args.positionals().empty()) return python_usage(std::cerr, 2);
   const fs::path script = fs::absolute(argv[script_at]);
   if (!fs::is_regular_file(script)) throw ConfigError("no such script: " + script.string());
-  std::vector<std::string> script_args(argv + script_at + 1, argv + argc);
-  const int workers = args.get_int("workers", 1);
+  const long workers = args.get_int("workers", 1);
   if (workers < 1) throw ConfigError("--workers must be at least 1");
-  const std::string python = args.get_or("python", "/usr/bin/python3");
-  const int cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int threads = args.get_int("threads-per-worker", std::max(1, cpus / workers));
+  const long cpus = static_cast<long>(std::max(1u, std::thread::hardware_concurrency()));
 
-  const fs::path run_dir = args.has("run-dir")
-                               ? fs::path(*args.get("run-dir"))
-                               : fs::path("runs") / (script.stem().string() + "-" + stamp());
-  fs::create_directories(run_dir / "logs");
-  EventLog events(run_dir / "events.jsonl");
-  log::add_file((run_dir / "logs" / "launcher.log").string());
-  const std::string token = job_token(args.get_or("token-file", ""));
-
-  // The rendezvous store every worker's env:// connects to (TORCHELASTIC_USE_AGENT_STORE: none
-  // of them starts one), as torchrun's agent serves it; it lives as long as the job.
-  c10d::TCPStoreOptions store_options;
-  store_options.port = static_cast<uint16_t>(args.get_int("port", 0));
-  store_options.isServer = true;
-  store_options.waitWorkers = false;
-  store_options.numWorkers = static_cast<size_t>(workers);
-  c10d::TCPStore store("127.0.0.1", store_options);
-  const std::string port = std::to_string(store.getPort());
-  const std::string run_id = run_dir.filename().string();
-
-  events.write({{"event", "job_started"},
-                {"script", script.string()},
-                {"args", script_args},
-                {"workers", workers},
-                {"store", "127.0.0.1:" + port}});
-  std::printf("cohort: %s with %d workers, run directory %s\n", script.filename().c_str(), workers,
-              run_dir.c_str());
-  std::fflush(stdout);
-
-  struct sigaction sa {};
-  sa.sa_handler = on_python_stop;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-
-  const auto started = Clock::now();
-  std::map<int, elastic::ChildProcess> procs;
-  for (int r = 0; r < workers; ++r) {
-    const std::string log = (run_dir / "logs" / ("rank-" + std::to_string(r) + ".log")).string();
-    std::vector<std::string> argv_child = {"-u", script.string()};
-    argv_child.insert(argv_child.end(), script_args.begin(), script_args.end());
-    auto child = elastic::ChildProcess::spawn({
-        .executable = python,
-        .args = argv_child,
-        .env = {{"RANK", std::to_string(r)},
-                {"LOCAL_RANK", std::to_string(r)},
-                {"GROUP_RANK", "0"},
-                {"ROLE_RANK", std::to_string(r)},
-                {"WORLD_SIZE", std::to_string(workers)},
-                {"LOCAL_WORLD_SIZE", std::to_string(workers)},
-                {"ROLE_WORLD_SIZE", std::to_string(workers)},
-                {"MASTER_ADDR", "127.0.0.1"},
-                {"MASTER_PORT", port},
-                {"TORCHELASTIC_USE_AGENT_STORE", "True"},
-                // What torchrun's workers also see (env:// reads the restart count).
-                {"TORCHELASTIC_RESTART_COUNT", "0"},
-                {"TORCHELASTIC_MAX_RESTARTS", "0"},
-                {"TORCHELASTIC_RUN_ID", run_id},
-                {"GROUP_WORLD_SIZE", "1"},
-                {"ROLE_NAME", "default"},
-                {"COHORT_TOKEN", token},
-                {"COHORT_RUN_DIR", fs::absolute(run_dir).string()},  // hang reports go there
-                {"OMP_NUM_THREADS", std::to_string(threads)}},
-        .stdout_path = log,
-        .stderr_path = log,
-    });
-    events.write({{"event", "worker_started"}, {"rank", r}, {"pid", child.pid()}});
-    procs.emplace(r, std::move(child));
+  // The job file this command line stands for; --set may change any of it.
+  std::string yaml =
+      "name: " + job_name_of(script) + "\nworkers: " + std::to_string(workers) +
+      "\nthreads_per_worker: " +
+      std::to_string(args.get_int("threads-per-worker", std::max(1L, cpus / workers))) +
+      "\nprogram:\n  python: " + quoted(script.string()) +
+      "\n  interpreter: " + quoted(args.get_or("python", "/usr/bin/python3")) + "\n  args: [";
+  for (int i = script_at + 1; i < argc; ++i) {
+    yaml += (i > script_at + 1 ? ", " : "") + quoted(argv[i]);
   }
+  yaml += "]\n";
+  train::LoadOptions load;
+  load.overrides = args.all("set");
+  train::JobConfig cfg = train::parse_job_config(yaml, "the command line", load);
 
-  std::string status = "completed", error;
-  std::map<int, std::string> exits;
-  while (static_cast<int>(exits.size()) < workers) {
-    if (int sig = g_python_stop.load()) {
-      status = "cancelled";
-      error = std::string("stopped by signal ") + sigabbrev_np(sig);
-      break;
-    }
-    for (auto& [r, p] : procs) {
-      if (exits.count(r)) continue;
-      auto st = p.poll();
-      if (!st) continue;
-      exits[r] = st->describe();
-      events.write(
-          {{"event", "worker_exited"}, {"rank", r}, {"pid", p.pid()}, {"status", st->describe()}});
-      spdlog::info("rank {} (pid {}) {}", r, p.pid(), st->describe());
-      if (!st->ok() && status == "completed") {
-        status = "failed";
-        error = "rank " + std::to_string(r) + " " + st->describe();
-      }
-    }
-    if (status != "completed") break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  for (auto& [r, p] : procs) {
-    if (exits.count(r)) continue;
-    exits[r] = p.terminate(std::chrono::seconds(5)).describe();
-    events.write({{"event", "worker_stopped"}, {"rank", r}, {"status", exits[r]}});
-  }
-  const double wall = std::chrono::duration<double>(Clock::now() - started).count();
-  json summary = {{"status", status},
-                  {"script", script.string()},
-                  {"world_size", workers},
-                  {"wall_seconds", wall},
-                  {"exits", json::object()}};
-  for (auto& [r, e] : exits) summary["exits"][std::to_string(r)] = e;
-  if (!error.empty()) summary["error"] = error;
-  write_file_atomically(run_dir / "summary.json", summary.dump(2) + "\n");
-  events.write({{"event", "job_finished"}, {"status", status}, {"error", error}});
-  if (status == "failed") {
-    const int r = std::stoi(error.substr(5));
-    std::fprintf(stderr, "cohort: %s; the end of its log (%s):\n%s\n", error.c_str(),
-                 (run_dir / "logs" / ("rank-" + std::to_string(r) + ".log")).c_str(),
-                 tail_of_file(run_dir / "logs" / ("rank-" + std::to_string(r) + ".log")).c_str());
-    return 1;
-  }
-  std::printf("cohort: %s in %s, logs in %s\n", status.c_str(), format_duration(wall).c_str(),
-              (run_dir / "logs").c_str());
-  return status == "completed" ? 0 : 130;
+  RunSettings settings;
+  settings.run_dir = args.get_or("run-dir", "");
+  settings.bind = args.get_or("bind", "127.0.0.1");
+  settings.port = static_cast<uint16_t>(args.get_int("port", 0));
+  settings.token_file = args.get_or("token-file", "");
+  return run_job(cfg, settings);
 }
 
 }  // namespace cohort::cli

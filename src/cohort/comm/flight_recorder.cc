@@ -21,8 +21,9 @@ std::string_view collective_state_name(CollectiveState s) {
 }
 
 namespace {
-constexpr std::string_view kPhaseNames[] = {"setup",     "data",       "forward",  "backward",
-                                            "optimizer", "checkpoint", "evaluate", "done"};
+constexpr std::string_view kPhaseNames[] = {"setup",    "data",      "forward",
+                                            "backward", "optimizer", "checkpoint",
+                                            "evaluate", "done",      "training"};
 }  // namespace
 
 std::string_view phase_name(Phase p) {

@@ -43,8 +43,9 @@ enum class Phase : uint8_t {
   Checkpoint = 5,
   Evaluate = 6,
   Done = 7,
+  Training = 8,  // somewhere in a step of a loop that only reports its step boundaries (Python)
 };
-std::string_view phase_name(Phase p);   // "setup" | "data" | "forward" | ...
+std::string_view phase_name(Phase p);   // "setup" | "data" | "forward" | ... | "training"
 Phase parse_phase(std::string_view s);  // Setup for anything unknown
 
 // One collective as the recorder saw it. Times are microseconds since the Unix epoch (0: not

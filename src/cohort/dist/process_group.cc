@@ -90,6 +90,14 @@ ProcessGroupCohort::ProcessGroupCohort(const c10::intrusive_ptr<c10d::Store>& st
   hangs_ = std::make_shared<HangReports>(store, rank, size, recorder);
 }
 
+ProcessGroupCohort::ProcessGroupCohort(const c10::intrusive_ptr<c10d::Store>& store,
+                                       std::shared_ptr<comm::Communicator> comm,
+                                       GroupSettings settings)
+    : c10d::ProcessGroup(comm->rank(), comm->size()),
+      store_(store),
+      settings_(std::move(settings)),
+      comm_(std::move(comm)) {}
+
 ProcessGroupCohort::~ProcessGroupCohort() = default;
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::wrap(c10d::OpType type,

@@ -42,6 +42,10 @@ class ProcessGroupCohort final : public c10d::ProcessGroup {
  public:
   ProcessGroupCohort(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                      std::chrono::milliseconds timeout, GroupSettings settings);
+  // A group over a communicator made elsewhere: that of the Cohort job this process is a worker
+  // of (python/job_worker.h), whose launcher writes the hang reports. Released with the group.
+  ProcessGroupCohort(const c10::intrusive_ptr<c10d::Store>& store,
+                     std::shared_ptr<comm::Communicator> comm, GroupSettings settings);
   ~ProcessGroupCohort() override;
 
   const std::string getBackendName() const override { return "cohort"; }
@@ -94,8 +98,8 @@ class ProcessGroupCohort final : public c10d::ProcessGroup {
 
   C10dStore store_;
   GroupSettings settings_;
-  std::unique_ptr<comm::Communicator> comm_;
-  std::shared_ptr<HangReports> hangs_;  // reads the communicator's recorder: after it
+  std::shared_ptr<comm::Communicator> comm_;
+  std::shared_ptr<HangReports> hangs_;  // reads the communicator's recorder: after it (or null)
 };
 
 }  // namespace cohort::dist

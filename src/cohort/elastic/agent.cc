@@ -168,9 +168,10 @@ Membership WorkerAgent::rejoin(const Membership& current, const json& info) {
   return m;
 }
 
-comm::Communicator& WorkerAgent::connect(const Membership& m) {
+comm::Communicator& WorkerAgent::connect(const Membership& m, std::chrono::milliseconds timeout) {
   disconnect("");
   comm::CommConfig cfg = options_.comm;
+  if (timeout.count() > 0) cfg.timeout = timeout;
   cfg.rank = m.rank_of(options_.rank);
   cfg.size = static_cast<int>(m.members.size());
   cfg.store_prefix = keys::comm_prefix(m.epoch);

@@ -80,8 +80,10 @@ class WorkerAgent {
   Membership rejoin(const Membership& current, const nlohmann::json& info);
 
   // Builds the communicator of `m` (this worker must be a member) and watches it: an abort request
-  // for the next epoch aborts it. Valid until disconnect().
-  comm::Communicator& connect(const Membership& m);
+  // for the next epoch aborts it. Valid until disconnect(). `timeout` replaces the template's
+  // collective deadline when it is not zero.
+  comm::Communicator& connect(const Membership& m,
+                              std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
   // Aborts (if `reason` is not empty) and destroys the current communicator.
   void disconnect(const std::string& reason);
 

@@ -255,6 +255,12 @@ void Coordinator::advance_change(std::vector<json>& events) {
     survivors.push_back(m);
     if (!client_->check({keys::ready(target, m)})) late.push_back(m);
   }
+  // Too few workers even once every survivor is ready, and none coming: waiting for the survivors'
+  // ready reports (they may never come: a script that does not follow the protocol) is pointless.
+  if (!expect_joiners_ && survivors.size() + waiting_joiners().size() <
+                              static_cast<size_t>(options_.membership.min_workers)) {
+    late.clear();
+  }
   if (!late.empty()) {
     if (!change_->abort || now - change_->requested < options_.membership.failure_timeout) return;
     for (int m : late) {

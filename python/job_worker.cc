@@ -1,0 +1,224 @@
+#include "job_worker.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "cohort/base/error.h"
+#include "cohort/base/log.h"
+#include "cohort/elastic/job_protocol.h"
+
+namespace cohort::python {
+
+using nlohmann::json;
+using store::to_bytes;
+using store::to_string;
+
+namespace {
+
+std::string host_name() {
+  char buf[256] = {0};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "?";
+  return buf;
+}
+
+// torch.distributed's default_pg_timeout.
+constexpr std::chrono::milliseconds kTorchDefaultTimeout = std::chrono::minutes(30);
+
+std::chrono::milliseconds ms(double seconds) {
+  return std::chrono::milliseconds(static_cast<long>(seconds * 1000));
+}
+
+}  // namespace
+
+std::optional<JobWorkerOptions> JobWorker::options_from_environment() {
+  const char* join = std::getenv("COHORT_JOIN");
+  if (!join || !*join) return std::nullopt;
+  JobWorkerOptions o;
+  try {
+    o.coordinator = net::Endpoint::parse(join);
+  } catch (const Error& e) {
+    throw ConfigError(std::string("COHORT_JOIN='") + join + "': " + e.what());
+  }
+  const char* token = std::getenv("COHORT_TOKEN");
+  if (!token || !*token) throw ConfigError("COHORT_JOIN is set but COHORT_TOKEN is not");
+  o.token = token;
+  const char* rank = std::getenv("COHORT_JOB_RANK");
+  char* end = nullptr;
+  const long r = rank ? std::strtol(rank, &end, 10) : -1;
+  if (!rank || !*rank || *end != '\0' || r < 0 || r > 1 << 20) {
+    throw ConfigError(std::string("COHORT_JOB_RANK='") + (rank ? rank : "") +
+                      "' is not a rank (COHORT_JOIN is set)");
+  }
+  o.rank = static_cast<int>(r);
+  return o;
+}
+
+JobWorker::JobWorker(const JobWorkerOptions& options) : options_(options) {
+  log::init("cohort-python");
+  log::set_context(options_.rank);
+  store_ = std::make_unique<store::TcpStore>(options_.coordinator, options_.token);
+  const std::string yaml = to_string(store_->get(elastic::keys::kConfig));
+  config_ = train::parse_job_config(yaml, "job config from " + options_.coordinator.str(),
+                                    {.check_paths = false});
+  store_->set(elastic::keys::joined(options_.rank),
+              to_bytes(json{{"host", host_name()}, {"pid", ::getpid()}}.dump()));
+  recorder_ = std::make_shared<comm::FlightRecorder>(
+      options_.rank, static_cast<size_t>(config_.debug.flight_recorder_entries));
+  reporter_ = std::make_unique<trace::FlightReporter>(
+      std::make_unique<store::TcpStore>(options_.coordinator, options_.token),
+      elastic::keys::kDebugPrefix, *recorder_, options_.rank);
+  const dist::GroupSettings group = group_settings();
+  agent_ = std::make_unique<elastic::WorkerAgent>(
+      *store_, elastic::AgentOptions{.coordinator = options_.coordinator,
+                                     .token = options_.token,
+                                     .rank = options_.rank,
+                                     .heartbeat = ms(config_.elastic.heartbeat_s),
+                                     .join_timeout = ms(config_.elastic.join_timeout_s +
+                                                        2 * config_.elastic.failure_timeout_s),
+                                     .failure_timeout = ms(config_.elastic.failure_timeout_s),
+                                     .comm = {.token = options_.token,
+                                              .bind_host = group.bind_host,
+                                              .advertise_host = group.advertise_host,
+                                              .timeout = ms(config_.comm.timeout_s),
+                                              .flight_recorder = recorder_,
+                                              .check_collectives = group.check_collectives,
+                                              .transport = group.transport}});
+  membership_ = agent_->join();
+  faults_ = std::make_unique<train::FaultInjector>(config_.faults, options_.rank);
+  publish_status({{"state", "starting"}, {"step", 0}});
+  spdlog::info("joined job '{}' as rank {} of {} (coordinator {})", config_.name, options_.rank,
+               membership_.members.size(), options_.coordinator.str());
+}
+
+JobWorker::~JobWorker() {
+  agent_.reset();  // stops the heartbeats, then the communicator goes
+  reporter_.reset();
+}
+
+dist::GroupSettings JobWorker::group_settings() const {
+  // The environment's settings (where to listen), the job file's for the rest; a variable the
+  // user set still wins over the job file.
+  dist::GroupSettings s = dist::settings_from_environment();
+  s.token = options_.token;
+  if (!std::getenv("COHORT_TRANSPORT")) s.transport = comm::parse_transport(config_.comm.transport);
+  if (!std::getenv("COHORT_ALGORITHM")) s.algorithm = comm::parse_algorithm(config_.comm.algorithm);
+  if (!std::getenv("COHORT_CHECK_COLLECTIVES"))
+    s.check_collectives = config_.debug.check_collectives;
+  return s;
+}
+
+std::shared_ptr<comm::Communicator> JobWorker::claim(int rank, int size,
+                                                     std::chrono::milliseconds timeout) {
+  std::lock_guard lk(mu_);
+  if (claimed_ || membership_.rank_of(options_.rank) != rank ||
+      static_cast<int>(membership_.members.size()) != size) {
+    return nullptr;
+  }
+  // A script that leaves init_process_group's timeout at torch's default gets the job file's.
+  if (timeout == kTorchDefaultTimeout) timeout = ms(config_.comm.timeout_s);
+  claimed_ = &agent_->connect(membership_, timeout);
+  // The group's reference keeps this worker alive; its end hands the communicator back.
+  return std::shared_ptr<comm::Communicator>(claimed_,
+                                             [self = shared_from_this()](comm::Communicator*) {
+                                               std::lock_guard lk(self->mu_);
+                                               self->claimed_ = nullptr;
+                                               self->agent_->disconnect("");
+                                             });
+}
+
+void JobWorker::publish_status(json s) {
+  s["rank"] = options_.rank;
+  s["host"] = host_name();
+  s["pid"] = ::getpid();
+  if (!s.contains("time")) s["time"] = wall_seconds();
+  status_ = s;
+  store_->set(elastic::keys::status(options_.rank), to_bytes(s.dump()));
+}
+
+void JobWorker::report(json record) {
+  const int64_t step = record.at("step").get<int64_t>();
+  bool advanced = false;  // a new step, not another report of the last one
+  {
+    std::lock_guard lk(mu_);
+    if (record.contains("samples")) samples_ += record["samples"].get<double>();
+    record.erase("samples");
+    // A report names what changed; the record carries everything reported so far.
+    progress_.merge_patch(record);
+    record = progress_;
+    json status{{"state", "training"}, {"step", step}};
+    for (const char* key : {"epoch", "total_steps", "loss"}) {
+      if (record.contains(key)) status[key] = record[key];
+    }
+    // Rates over the window since the previous report (the first one's includes start-up).
+    const double dt = std::chrono::duration<double>(Clock::now() - last_report_).count();
+    const double steps = static_cast<double>(step - last_step_);
+    if (reports_ > 0 && dt > 0 && steps > 0) {
+      const auto world = static_cast<double>(membership_.members.size());
+      status["step_time"] = dt / steps;
+      progress_["steps_per_sec"] = steps / dt;
+      if (samples_ > 0) {
+        status["samples_per_sec"] = samples_ / dt;
+        // Data-parallel workers train alike: the job's rate is this worker's times the world.
+        progress_["samples_per_sec"] = samples_ * world / dt;
+      }
+      record.update(progress_);  // another report of the same step keeps the last rates
+    }
+    record["world_size"] = membership_.members.size();
+    log::set_step(step);
+    recorder_->set_activity(step, comm::Phase::Training);
+    record["time"] = wall_seconds();
+    publish_status(status);
+    if (membership_.rank_of(options_.rank) == 0) {
+      const long next = static_cast<long>(store_->add(elastic::keys::kMetricsNext, 1) - 1);
+      store_->set(elastic::keys::metrics(next), to_bytes(record.dump()));
+    }
+    advanced = step != last_step_ || reports_ == 0;
+    if (advanced) {
+      last_step_ = step;
+      last_report_ = Clock::now();
+      samples_ = 0;
+    }
+    ++reports_;
+  }
+  faults_->at_step(step, claimed_);
+  if (double slow = advanced ? faults_->slowdown(step) : 0; slow > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(slow));
+  }
+}
+
+void JobWorker::finish(json summary) {
+  std::lock_guard lk(mu_);
+  if (ended_) return;
+  ended_ = true;
+  summary["host"] = host_name();
+  summary["pid"] = ::getpid();
+  if (!summary.contains("steps")) summary["steps"] = last_step_;
+  json status = status_;
+  status["state"] = "finished";
+  status.erase("time");
+  publish_status(status);
+  store_->set(elastic::keys::summary(options_.rank), to_bytes(summary.dump()));
+}
+
+void JobWorker::fail(const std::string& what, bool timed_out) {
+  std::lock_guard lk(mu_);
+  if (ended_) return;
+  ended_ = true;
+  try {
+    // Before the failure record: the launcher reads this when it sees the failure.
+    trace::publish_final_report(*store_, elastic::keys::kDebugPrefix, *recorder_, what, timed_out);
+    json status = status_;
+    status["state"] = "failed";
+    status["error"] = what;
+    status.erase("time");
+    publish_status(status);
+    store_->set(elastic::keys::failed(options_.rank), to_bytes(what));
+  } catch (const std::exception& e) {
+    // The coordinator is gone too; the exit status still tells the launcher.
+    spdlog::warn("could not report the failure to the coordinator: {}", e.what());
+  }
+}
+
+}  // namespace cohort::python

@@ -1,0 +1,95 @@
+// A Python worker of a Cohort job. A script that `cohort run` starts (a job file's `program:`, or
+// `cohort run train.py`) finds in its environment where the job's coordinator is (COHORT_JOIN),
+// its rank in the job (COHORT_JOB_RANK) and the token (COHORT_TOKEN); `import cohort` then makes
+// it a worker of that job the way `cohort worker` is one:
+//   - it joins (job/joined/<rank>) and heartbeats, so the launcher, the console and `cohort status`
+//     see it, and a worker that stops or hangs is declared lost;
+//   - the torch.distributed group it builds first (init_process_group("cohort")) runs on the
+//     communicator of the job's membership epoch, so a lost peer aborts its collectives at once
+//     and its flight recorder is the one the launcher's hang reports read;
+//   - cohort.report(step=..., loss=...) feeds the launcher's progress line, metrics.jsonl and the
+//     console, and fires the job's `faults:` at that step;
+//   - its end posts its summary, an uncaught exception its failure (job_protocol.h).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cohort/base/clock.h"
+#include "cohort/comm/communicator.h"
+#include "cohort/comm/flight_recorder.h"
+#include "cohort/dist/process_group.h"
+#include "cohort/elastic/agent.h"
+#include "cohort/store/tcp_store.h"
+#include "cohort/trace/hang_report.h"
+#include "cohort/train/config.h"
+#include "cohort/train/faults.h"
+
+namespace cohort::python {
+
+struct JobWorkerOptions {
+  net::Endpoint coordinator;
+  std::string token;
+  int rank = 0;  // in the job (stable across membership epochs)
+};
+
+class JobWorker : public std::enable_shared_from_this<JobWorker> {
+ public:
+  // Joins the job; throws Error when the coordinator cannot be reached or refuses the token.
+  explicit JobWorker(const JobWorkerOptions& options);
+  ~JobWorker();
+  JobWorker(const JobWorker&) = delete;
+  JobWorker& operator=(const JobWorker&) = delete;
+
+  // The options the launcher put in the environment; nullopt when it did not (no COHORT_JOIN).
+  // ConfigError for a malformed variable.
+  static std::optional<JobWorkerOptions> options_from_environment();
+
+  int rank() const { return options_.rank; }
+  const train::JobConfig& config() const { return config_; }
+  const elastic::Membership& membership() const { return membership_; }
+
+  // The communicator for a group of `rank` of `size` being built, when it is the job's: this
+  // worker's place in the current membership, and no other group holds it. Its collectives'
+  // deadline is `timeout`, or the job file's comm.timeout_s when `timeout` is torch's default
+  // (30 minutes: the script did not choose). Released when the last group holding it goes.
+  std::shared_ptr<comm::Communicator> claim(int rank, int size, std::chrono::milliseconds timeout);
+  // What a group over the claimed communicator needs besides it.
+  dist::GroupSettings group_settings() const;
+
+  // cohort.report(): `record` holds at least "step". Every rank publishes its live status; rank 0
+  // of the membership posts the progress record. Then the job's faults for this step fire.
+  void report(nlohmann::json record);
+  // The script ended normally: posts the summary (once).
+  void finish(nlohmann::json summary);
+  // The script ended with an uncaught exception: the final flight record and the failure.
+  void fail(const std::string& what, bool timed_out);
+
+ private:
+  void publish_status(nlohmann::json s);
+
+  JobWorkerOptions options_;
+  std::unique_ptr<store::TcpStore> store_;
+  train::JobConfig config_;
+  std::shared_ptr<comm::FlightRecorder> recorder_;
+  std::unique_ptr<trace::FlightReporter> reporter_;  // reads the recorder: after it
+  std::unique_ptr<elastic::WorkerAgent> agent_;
+  elastic::Membership membership_;
+  std::unique_ptr<train::FaultInjector> faults_;
+
+  std::mutex mu_;  // guards what follows (Python threads may report)
+  comm::Communicator* claimed_ = nullptr;
+  nlohmann::json status_;
+  bool ended_ = false;
+  nlohmann::json progress_ = nlohmann::json::object();  // every key reported so far
+  // The window since the previous report, for the rates.
+  int64_t reports_ = 0;
+  int64_t last_step_ = 0;
+  Clock::time_point last_report_ = Clock::now();
+  double samples_ = 0;
+};
+
+}  // namespace cohort::python

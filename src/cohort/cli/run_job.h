@@ -1,0 +1,23 @@
+// The launcher of one job (run.cc): `cohort run JOB.yaml` and `cohort run SCRIPT.py` both end here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cohort/train/config.h"
+
+namespace cohort::cli {
+
+struct RunSettings {
+  std::string run_dir;     // empty: runs/<name>-<time>, or resume_dir
+  std::string resume_dir;  // a run directory to resume (its config.yaml is the job)
+  std::string bind = "127.0.0.1";
+  uint16_t port = 0;
+  std::string token_file;
+  bool external = false;  // workers are started elsewhere (cohort worker --join)
+};
+
+// Runs the job to its end; the process's exit code (0 completed, 1 failed, 130 cancelled).
+int run_job(const train::JobConfig& cfg, const RunSettings& settings);
+
+}  // namespace cohort::cli
