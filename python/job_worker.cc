@@ -85,11 +85,57 @@ JobWorker::JobWorker(const JobWorkerOptions& options) : options_(options) {
                                               .flight_recorder = recorder_,
                                               .check_collectives = group.check_collectives,
                                               .transport = group.transport}});
-  membership_ = agent_->join();
   faults_ = std::make_unique<train::FaultInjector>(config_.faults, options_.rank);
   publish_status({{"state", "starting"}, {"step", 0}});
-  spdlog::info("joined job '{}' as rank {} of {} (coordinator {})", config_.name, options_.rank,
-               membership_.members.size(), options_.coordinator.str());
+}
+
+elastic::Membership JobWorker::join() {
+  std::lock_guard lk(mu_);
+  if (!membership_) {
+    membership_ = agent_->join();
+    spdlog::info("joined job '{}' as rank {} of {} (coordinator {}, membership epoch {})",
+                 config_.name, options_.rank, membership_->members.size(),
+                 options_.coordinator.str(), membership_->epoch);
+  }
+  return *membership_;
+}
+
+elastic::Membership JobWorker::rejoin(const json& info, const std::string& reason) {
+  const elastic::Membership current = join();
+  agent_->disconnect(reason);
+  elastic::Membership next = agent_->rejoin(current, info);
+  std::lock_guard lk(mu_);
+  membership_ = next;
+  if (!reason.empty()) {
+    recovering_ = true;
+    recovery_ = info;
+  }
+  spdlog::info("membership epoch {}: rank {} of {}", next.epoch, next.rank_of(options_.rank),
+               next.members.size());
+  return next;
+}
+
+bool JobWorker::change_requested() const {
+  return agent_->change_requested();
+}
+
+std::optional<std::string> JobWorker::comm_failure() const {
+  std::shared_ptr<comm::Communicator> comm;
+  {
+    std::lock_guard lk(mu_);
+    comm = claimed_.lock();
+  }
+  if (comm) {
+    if (std::exception_ptr e = comm->failure()) {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        return std::string(x.what());
+      }
+    }
+  }
+  if (agent_->change_requested()) return std::string("a membership change was requested");
+  return std::nullopt;
 }
 
 JobWorker::~JobWorker() {
@@ -111,21 +157,26 @@ dist::GroupSettings JobWorker::group_settings() const {
 
 std::shared_ptr<comm::Communicator> JobWorker::claim(int rank, int size,
                                                      std::chrono::milliseconds timeout) {
+  const elastic::Membership m = join();
   std::lock_guard lk(mu_);
-  if (claimed_ || membership_.rank_of(options_.rank) != rank ||
-      static_cast<int>(membership_.members.size()) != size) {
+  if (claimed_epoch_ == m.epoch || m.rank_of(options_.rank) != rank ||
+      static_cast<int>(m.members.size()) != size) {
     return nullptr;
   }
   // A script that leaves init_process_group's timeout at torch's default gets the job file's.
   if (timeout == kTorchDefaultTimeout) timeout = ms(config_.comm.timeout_s);
-  claimed_ = &agent_->connect(membership_, timeout);
-  // The group's reference keeps this worker alive; its end hands the communicator back.
-  return std::shared_ptr<comm::Communicator>(claimed_,
-                                             [self = shared_from_this()](comm::Communicator*) {
-                                               std::lock_guard lk(self->mu_);
-                                               self->claimed_ = nullptr;
-                                               self->agent_->disconnect("");
-                                             });
+  agent_->connect(m, timeout);
+  std::shared_ptr<comm::Communicator> comm = agent_->communicator();
+  claimed_epoch_ = m.epoch;
+  claimed_ = comm;
+  // The group's reference holds this worker too (its store must outlive the communicator):
+  // members go in reverse order, the communicator first.
+  struct Holder {
+    std::shared_ptr<JobWorker> worker;
+    std::shared_ptr<comm::Communicator> comm;
+  };
+  auto holder = std::make_shared<Holder>(Holder{shared_from_this(), comm});
+  return std::shared_ptr<comm::Communicator>(holder, comm.get());
 }
 
 void JobWorker::publish_status(json s) {
@@ -154,27 +205,31 @@ void JobWorker::report(json record) {
     // Rates over the window since the previous report (the first one's includes start-up).
     const double dt = std::chrono::duration<double>(Clock::now() - last_report_).count();
     const double steps = static_cast<double>(step - last_step_);
+    const size_t world = membership_ ? membership_->members.size() : config_.workers;
+    const bool lead = membership_ && membership_->rank_of(options_.rank) == 0;
     if (reports_ > 0 && dt > 0 && steps > 0) {
-      const auto world = static_cast<double>(membership_.members.size());
       status["step_time"] = dt / steps;
       progress_["steps_per_sec"] = steps / dt;
       if (samples_ > 0) {
         status["samples_per_sec"] = samples_ / dt;
         // Data-parallel workers train alike: the job's rate is this worker's times the world.
-        progress_["samples_per_sec"] = samples_ * world / dt;
+        progress_["samples_per_sec"] = samples_ * static_cast<double>(world) / dt;
       }
       record.update(progress_);  // another report of the same step keeps the last rates
     }
-    record["world_size"] = membership_.members.size();
+    record["world_size"] = world;
     log::set_step(step);
     recorder_->set_activity(step, comm::Phase::Training);
     record["time"] = wall_seconds();
     publish_status(status);
-    if (membership_.rank_of(options_.rank) == 0) {
+    advanced = step != last_step_ || reports_ == 0;
+    if (lead) {
       const long next = static_cast<long>(store_->add(elastic::keys::kMetricsNext, 1) - 1);
       store_->set(elastic::keys::metrics(next), to_bytes(record.dump()));
+      // The first step done after a failure: the coordinator measures recovery until here.
+      if (recovering_ && advanced) agent_->report_recovered(*membership_, recovery_);
     }
-    advanced = step != last_step_ || reports_ == 0;
+    if (advanced) recovering_ = false;
     if (advanced) {
       last_step_ = step;
       last_report_ = Clock::now();
@@ -182,7 +237,12 @@ void JobWorker::report(json record) {
     }
     ++reports_;
   }
-  faults_->at_step(step, claimed_);
+  std::shared_ptr<comm::Communicator> comm;
+  {
+    std::lock_guard lk(mu_);
+    comm = claimed_.lock();
+  }
+  faults_->at_step(step, comm.get());
   if (double slow = advanced ? faults_->slowdown(step) : 0; slow > 0) {
     std::this_thread::sleep_for(std::chrono::duration<double>(slow));
   }

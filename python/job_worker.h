@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "cohort/base/clock.h"
@@ -50,18 +51,32 @@ class JobWorker : public std::enable_shared_from_this<JobWorker> {
 
   int rank() const { return options_.rank; }
   const train::JobConfig& config() const { return config_; }
-  const elastic::Membership& membership() const { return membership_; }
+
+  // The membership this worker belongs to, joining the job first if it has not: the start's for
+  // a worker of the start, or, for a replacement, the one that admits it (it waits for that).
+  elastic::Membership join();
+  // After the job's communicator failed, or at a commit where a change was requested: leaves the
+  // current membership epoch (aborting its communicator with `reason` if not empty) and waits for
+  // the next. Throws elastic::ExcludedError when the job went on without this worker.
+  elastic::Membership rejoin(const nlohmann::json& info, const std::string& reason);
+  // Whether the coordinator asked for a membership epoch after the current one.
+  bool change_requested() const;
+  // Whether the communicator of the current epoch has failed (and how: its message), or a change
+  // is requested (its collectives are being aborted).
+  std::optional<std::string> comm_failure() const;
 
   // The communicator for a group of `rank` of `size` being built, when it is the job's: this
-  // worker's place in the current membership, and no other group holds it. Its collectives'
-  // deadline is `timeout`, or the job file's comm.timeout_s when `timeout` is torch's default
-  // (30 minutes: the script did not choose). Released when the last group holding it goes.
+  // worker's place in the current membership, and no other group got this epoch's. Its
+  // collectives' deadline is `timeout`, or the job file's comm.timeout_s when `timeout` is
+  // torch's default (30 minutes: the script did not choose). The group's reference keeps it (and
+  // this worker) alive; after a membership change it is aborted.
   std::shared_ptr<comm::Communicator> claim(int rank, int size, std::chrono::milliseconds timeout);
   // What a group over the claimed communicator needs besides it.
   dist::GroupSettings group_settings() const;
 
   // cohort.report(): `record` holds at least "step". Every rank publishes its live status; rank 0
-  // of the membership posts the progress record. Then the job's faults for this step fire.
+  // of the membership posts the progress record (and, the first time after a failure, tells the
+  // coordinator the job has recovered). Then the job's faults for this step fire.
   void report(nlohmann::json record);
   // The script ended normally: posts the summary (once).
   void finish(nlohmann::json summary);
@@ -77,11 +92,14 @@ class JobWorker : public std::enable_shared_from_this<JobWorker> {
   std::shared_ptr<comm::FlightRecorder> recorder_;
   std::unique_ptr<trace::FlightReporter> reporter_;  // reads the recorder: after it
   std::unique_ptr<elastic::WorkerAgent> agent_;
-  elastic::Membership membership_;
   std::unique_ptr<train::FaultInjector> faults_;
 
-  std::mutex mu_;  // guards what follows (Python threads may report)
-  comm::Communicator* claimed_ = nullptr;
+  mutable std::mutex mu_;  // guards what follows (Python threads may report)
+  std::optional<elastic::Membership> membership_;
+  int claimed_epoch_ = -1;                     // the epoch whose communicator a group holds
+  std::weak_ptr<comm::Communicator> claimed_;  // that communicator
+  bool recovering_ = false;  // left an epoch after a failure; rank 0 reports the recovery
+  nlohmann::json recovery_;  // what it reports
   nlohmann::json status_;
   bool ended_ = false;
   nlohmann::json progress_ = nlohmann::json::object();  // every key reported so far

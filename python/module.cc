@@ -50,6 +50,7 @@ PYBIND11_MODULE(_C, m) {
   py::register_exception<cohort::ProtocolError>(m, "ProtocolError", error.ptr());
   py::register_exception<cohort::AbortedError>(m, "AbortedError", error.ptr());
   py::register_exception<cohort::ConfigError>(m, "ConfigError", error.ptr());
+  py::register_exception<cohort::elastic::ExcludedError>(m, "ExcludedError", error.ptr());
 
   m.def("_create_process_group", &create_process_group, py::arg("store"), py::arg("rank"),
         py::arg("world_size"), py::arg("timeout"), py::call_guard<py::gil_scoped_release>(),
@@ -69,6 +70,31 @@ PYBIND11_MODULE(_C, m) {
       "Joins the job `cohort run` started this process for; False when it did not.");
   m.def(
       "_job_rank", [] { return job().rank(); }, "This worker's rank in the job.");
+  // Membership, for cohort.elastic: (epoch, rank in the epoch, world size).
+  auto place = [](const cohort::elastic::Membership& m) {
+    return py::make_tuple(m.epoch, m.rank_of(job().rank()), m.members.size());
+  };
+  m.def("_job_join", [place] {
+    cohort::elastic::Membership m;
+    {
+      py::gil_scoped_release release;
+      m = job().join();
+    }
+    return place(m);
+  });
+  m.def(
+      "_job_rejoin",
+      [place](const std::string& info, const std::string& reason) {
+        cohort::elastic::Membership m;
+        {
+          py::gil_scoped_release release;
+          m = job().rejoin(nlohmann::json::parse(info), reason);
+        }
+        return place(m);
+      },
+      py::arg("info"), py::arg("reason"));
+  m.def("_job_change_requested", [] { return job().change_requested(); });
+  m.def("_job_comm_failure", [] { return job().comm_failure(); });
   m.def(
       "_job_report", [](const std::string& record) { job().report(nlohmann::json::parse(record)); },
       py::call_guard<py::gil_scoped_release>());

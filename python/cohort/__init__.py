@@ -22,6 +22,7 @@ from cohort._C import (  # noqa: F401  (re-exported)
 
 from cohort.job import report  # noqa: F401  (re-exported)
 from cohort import job as _job
+from cohort import elastic  # noqa: F401  (cohort.elastic)
 
 BACKEND = "cohort"
 

@@ -74,7 +74,8 @@ def _summary():
 
 
 def _at_exit():
-    _C._job_finish(json.dumps(_summary()))
+    if not _state.get("excluded"):
+        _C._job_finish(json.dumps(_summary()))
 
 
 def _on_uncaught(kind, value, tb):

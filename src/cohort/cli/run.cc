@@ -153,6 +153,15 @@ json aggregate_summary(const std::vector<json>& per_rank, const train::JobConfig
   return s;
 }
 
+void print_recoveries(const json& s) {
+  if (s.value("recoveries", 0) > 0 || s.value("workers_lost", 0) > 0) {
+    std::printf(
+        "  recoveries        %d (slowest %.1f s, %ld steps rolled back), %d workers at the end\n",
+        s.value("recoveries", 0), s.value("recovery_seconds_max", 0.0),
+        s.value("steps_rolled_back", 0L), s.value("final_world_size", 0));
+  }
+}
+
 // What a Python program's workers reported at their end (python/cohort/job.py): rank 0's view of
 // the model, every rank's samples.
 json python_summary(const std::vector<json>& per_rank, const train::JobConfig& cfg, double wall) {
@@ -188,12 +197,7 @@ void print_report(const json& s, const std::string& run_dir) {
       "  time per worker   %.1f s computing, %.1f s waiting on gradient exchange (%.0f%%)\n",
       compute, comm, compute + comm > 0 ? 100.0 * comm / (compute + comm) : 0.0);
   std::printf("  bytes sent        %.1f MB (all workers)\n", s.value("comm_bytes", 0.0) / 1e6);
-  if (s.value("recoveries", 0) > 0 || s.value("workers_lost", 0) > 0) {
-    std::printf(
-        "  recoveries        %d (slowest %.1f s, %ld steps rolled back), %d workers at the end\n",
-        s.value("recoveries", 0), s.value("recovery_seconds_max", 0.0),
-        s.value("steps_rolled_back", 0L), s.value("final_world_size", 0));
-  }
+  print_recoveries(s);
   if (s.value("compression", std::string("none")) != "none") {
     std::printf("  compression       %s, %.1fx fewer gradient bytes than f32\n",
                 s.value("compression", std::string()).c_str(), s.value("compression_ratio", 1.0));
@@ -217,6 +221,7 @@ void print_python_report(const json& s, const std::string& run_dir) {
       std::printf("  throughput        %.0f samples/s\n", s.value("samples_per_sec", 0.0));
     }
   }
+  print_recoveries(s);
   std::printf("  run directory     %s\n", run_dir.c_str());
 }
 
@@ -504,7 +509,7 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
     for (int r : coordinator.members()) {
       if (!exit_ok.count(r) || !exit_ok[r]) return false;
     }
-    return !coordinator.members().empty();
+    return true;
   };
   std::vector<std::string> losses;  // "rank R (host, pid P): cause", in order
   for (;;) {
@@ -597,10 +602,11 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
       break;
     }
     // A Python program's workers are done when their processes are: one that posted its summary
-    // may still be running the end of its script.
+    // may still be running the end of its script. A replacement still waiting to be admitted
+    // then comes too late (it is stopped).
     if (!python && coordinator.summaries()) break;
+    if (python && !coordinator.members().empty() && all_members_succeeded()) break;
     if (!external && exited.size() == workers.size()) {
-      if (python && all_members_succeeded()) break;
       status = "failed";
       error = (python ? "every worker exited" : "every worker exited without a final summary") +
               (losses.empty() ? std::string() : " (lost " + losses.back() + ")");

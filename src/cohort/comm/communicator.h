@@ -205,6 +205,9 @@ class Communicator {
   // marking this communicator aborted, so the next operation here and on the peers fails as on a
   // lost peer.
   virtual void cut_connections() = 0;
+  // The error that made this communicator fail-stop (an abort, a lost peer, a missed deadline),
+  // which every later operation fails with; null while it works.
+  virtual std::exception_ptr failure() const = 0;
 };
 
 }  // namespace cohort::comm

@@ -361,6 +361,11 @@ std::shared_ptr<Work> TcpCommunicator::recv(Buffer buf, int src, const PointToPo
       "recv from rank " + std::to_string(src) + " (tag " + std::to_string(opts.tag) + ")");
 }
 
+std::exception_ptr TcpCommunicator::failure() const {
+  std::lock_guard lk(mu_);
+  return fatal_;
+}
+
 void TcpCommunicator::abort(const std::string& reason) {
   std::deque<Op> pending;
   {

@@ -52,6 +52,7 @@ class TcpCommunicator final : public Communicator {
   std::unique_ptr<Communicator> split(int color, int key) override;
   std::unique_ptr<Communicator> subgroup(const std::vector<int>& ranks) override;
   void abort(const std::string& reason) override;
+  std::exception_ptr failure() const override;
   CommStats stats() const override;
   FlightRecorder& flight_recorder() override { return *recorder_; }
   void cut_connections() override { mesh_->shutdown_all(); }

@@ -184,8 +184,13 @@ comm::Communicator& WorkerAgent::connect(const Membership& m, std::chrono::milli
   return *comm_;
 }
 
+std::shared_ptr<comm::Communicator> WorkerAgent::communicator() {
+  std::lock_guard lk(comm_mu_);
+  return comm_;
+}
+
 void WorkerAgent::disconnect(const std::string& reason) {
-  std::unique_ptr<comm::Communicator> old;
+  std::shared_ptr<comm::Communicator> old;
   {
     std::lock_guard lk(comm_mu_);
     old = std::move(comm_);

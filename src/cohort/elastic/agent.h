@@ -84,7 +84,10 @@ class WorkerAgent {
   // collective deadline when it is not zero.
   comm::Communicator& connect(const Membership& m,
                               std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
-  // Aborts (if `reason` is not empty) and destroys the current communicator.
+  // The communicator connect() built, shared: whoever holds it keeps it (aborted, once
+  // disconnect() gave a reason) after disconnect(). Null when not connected.
+  std::shared_ptr<comm::Communicator> communicator();
+  // Aborts (if `reason` is not empty) and lets go of the current communicator.
   void disconnect(const std::string& reason);
 
   // Whether the coordinator asked for an epoch after the connected one.
@@ -107,7 +110,7 @@ class WorkerAgent {
   std::string cut_off_reason_;  // written once before cut_off_ is set
 
   std::mutex comm_mu_;  // guards comm_ against the heartbeat thread's abort
-  std::unique_ptr<comm::Communicator> comm_;
+  std::shared_ptr<comm::Communicator> comm_;
 
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

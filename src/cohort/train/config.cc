@@ -499,20 +499,6 @@ JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
     c.trace.max_pending_events = *v;
   }
   read_program(r, root, opt, c.program);
-  if (!c.program.python.empty()) {
-    // A Python program's workers do not follow membership changes yet: a lost one ends the job.
-    YAML::Node elastic = YamlReader::child(root, "elastic");
-    if (c.elastic.max_restarts > 0) {
-      r.fail("elastic.max_restarts", YamlReader::child(elastic, "elastic.max_restarts"),
-             "a Python program's lost workers are not replaced (its job ends with the first one "
-             "lost)");
-    }
-    if (c.elastic.min_or(c.workers) < c.workers) {
-      r.fail("elastic.min_workers", YamlReader::child(elastic, "elastic.min_workers"),
-             "a Python program does not go on with fewer workers (its job ends with the first one "
-             "lost)");
-    }
-  }
   return c;
 }
 
