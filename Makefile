@@ -5,7 +5,7 @@ BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: deps configure build run test install test-asan test-asan-all test-tsan fuzz bench-training bench-compare bench-scale bench-python bench-compression bench-recovery accuracy-compression bench-trace format lint clean
+.PHONY: deps configure build run test install test-asan test-asan-all test-tsan fuzz bench-training bench-compare bench-scale bench-python bench-python-elastic bench-compression bench-recovery accuracy-compression bench-trace format lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -57,6 +57,10 @@ bench-scale: build
 # all_reduce latency and bandwidth, 2 workers under torchrun; writes its section of BENCHMARKS.md.
 bench-python: build
 	scripts/bench-python.sh
+	scripts/bench-python-elastic.sh
+
+bench-python-elastic: build
+	scripts/bench-python-elastic.sh
 
 # Time to accuracy on the emulated bandwidth-limited cluster (scripts/netcluster.sh, needs root):
 # Cohort's gradient compressions against PyTorch DDP; writes its section of BENCHMARKS.md. The
