@@ -61,6 +61,11 @@ int diagnose_main(int argc, char** argv) {
   }
   const auto ranks = trace::read_step_logs(dir.string());
   if (ranks.empty() && outcome.hang_headline.empty() && outcome.error.empty()) {
+    if (!cfg.program.python.empty()) {
+      throw Error(dir.string() + ": the workers were a Python program (" + cfg.program.python +
+                  "), whose steps Cohort does not split into computing and waiting; its reports "
+                  "are in metrics.jsonl, a hang's diagnosis in hang-report.txt");
+    }
     throw Error(dir.string() + ": no steps/rank-N.jsonl (the run recorded no steps)");
   }
   const trace::Diagnosis d = trace::diagnose_run(ranks, job, outcome);
