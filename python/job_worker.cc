@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "cohort/base/error.h"
+#include "cohort/base/host.h"
 #include "cohort/base/log.h"
 #include "cohort/elastic/job_protocol.h"
 
@@ -16,12 +17,6 @@ using store::to_bytes;
 using store::to_string;
 
 namespace {
-
-std::string host_name() {
-  char buf[256] = {0};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "?";
-  return buf;
-}
 
 // torch.distributed's default_pg_timeout.
 constexpr std::chrono::milliseconds kTorchDefaultTimeout = std::chrono::minutes(30);

@@ -37,6 +37,7 @@ import json, os, socket, statistics, subprocess, sys, time
 root, cohort, out, output = sys.argv[1:5]
 sys.path.insert(0, os.path.join(root, "scripts", "lib"))
 from quiet_report import busy_labels, load_note
+from report_text import write_section
 rounds = int(os.environ.get("BENCH_ROUNDS", "3"))
 monitor = os.environ.get("BENCH_MONITOR_INTERVAL", "1")
 KILL, COMMIT, WORLD = 65, 10, 3
@@ -162,12 +163,6 @@ lines = [
     "the checkpoint. Steps lost are the same for both at the same commit interval (the kill lands "
     "5 steps after a commit).",
     END]
-text = open(output).read() if os.path.exists(output) else "# Benchmarks\n"
-section = "\n".join(lines)
-if BEGIN in text and END in text:
-    text = text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
-else:
-    text = text.rstrip() + "\n\n" + section + "\n"
-open(output, "w").write(text)
+write_section(output, BEGIN, END, lines)
 print("bench-python-elastic: wrote", output)
 PY

@@ -7,6 +7,7 @@
 
 #include "cohort/base/clock.h"
 #include "cohort/base/error.h"
+#include "cohort/base/host.h"
 #include "cohort/base/file.h"
 #include "cohort/base/log.h"
 #include "cohort/comm/communicator.h"
@@ -21,16 +22,6 @@ namespace cohort::train {
 using nlohmann::json;
 using store::to_bytes;
 using store::to_string;
-
-namespace {
-
-std::string host_name() {
-  char buf[256] = {0};
-  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "?";
-  return buf;
-}
-
-}  // namespace
 
 int run_worker(const WorkerOptions& options) {
   std::unique_ptr<store::TcpStore> store;
