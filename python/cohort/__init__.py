@@ -23,6 +23,7 @@ from cohort._C import (  # noqa: F401  (re-exported)
 from cohort.job import report  # noqa: F401  (re-exported)
 from cohort import job as _job
 from cohort import elastic  # noqa: F401  (cohort.elastic)
+from cohort import hooks  # noqa: F401  (cohort.hooks)
 
 BACKEND = "cohort"
 

@@ -98,13 +98,20 @@ ProcessGroupCohort::ProcessGroupCohort(const c10::intrusive_ptr<c10d::Store>& st
       settings_(std::move(settings)),
       comm_(std::move(comm)) {}
 
-ProcessGroupCohort::~ProcessGroupCohort() = default;
+ProcessGroupCohort::~ProcessGroupCohort() {
+  // The communicator's thread ends first; what its operations let go of is dropped here, on the
+  // destroying thread (work.h: defer_release).
+  hangs_.reset();
+  comm_.reset();
+  release_deferred();
+}
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::wrap(c10d::OpType type,
                                                         std::shared_ptr<comm::Work> work,
                                                         std::vector<at::Tensor> outputs,
                                                         std::vector<at::Tensor> keep,
                                                         std::function<void()> finish) {
+  release_deferred();
   return c10::make_intrusive<CohortWork>(getRank(), type, std::move(work), std::move(outputs),
                                          std::move(keep), std::move(finish), hangs_);
 }

@@ -2,6 +2,8 @@
 
 #include <ATen/core/jit_type.h>
 
+#include <mutex>
+
 #include "cohort/comm/types.h"
 
 namespace cohort::dist {
@@ -24,7 +26,33 @@ std::exception_ptr with_hang_report(std::exception_ptr e, HangReports& hangs) {
   }
 }
 
+struct Deferred {
+  std::mutex mu;
+  std::vector<std::shared_ptr<void>> items;
+};
+
+// Never destroyed: what is left at exit must not be freed after the interpreter has gone.
+Deferred& deferred() {
+  static auto* d = new Deferred;
+  return *d;
+}
+
 }  // namespace
+
+void defer_release(std::shared_ptr<void> what) {
+  Deferred& d = deferred();
+  std::lock_guard lk(d.mu);
+  d.items.push_back(std::move(what));
+}
+
+void release_deferred() {
+  std::vector<std::shared_ptr<void>> items;
+  {
+    Deferred& d = deferred();
+    std::lock_guard lk(d.mu);
+    items.swap(d.items);
+  }  // dropped here, on this thread
+}
 
 CohortWork::CohortWork(int rank, c10d::OpType type, std::shared_ptr<comm::Work> work,
                        std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep,
@@ -37,7 +65,7 @@ CohortWork::CohortWork(int rank, c10d::OpType type, std::shared_ptr<comm::Work> 
       c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()));
   // The callback owns the state, not this handle: the operation may outlive it (a caller that
   // drops an async handle).
-  work_->then([state = state_, hangs = std::move(hangs)](std::exception_ptr e) {
+  work_->then([state = state_, hangs = std::move(hangs)](std::exception_ptr e) mutable {
     if (e && hangs) e = with_hang_report(e, *hangs);
     if (!e && state->finish) {
       try {
@@ -46,13 +74,14 @@ CohortWork::CohortWork(int rank, c10d::OpType type, std::shared_ptr<comm::Work> 
         e = std::current_exception();
       }
     }
-    state->keep.clear();
     state->error = e;
     if (e) {
       state->future->setError(e);
     } else {
       state->future->markCompleted(c10::IValue(state->outputs));
     }
+    // The state holds tensors (outputs, keep, finish's): not to be dropped on this thread.
+    defer_release(std::move(state));
   });
 }
 
@@ -87,6 +116,7 @@ bool CohortWork::wait(std::chrono::milliseconds timeout) {
     if (work_->is_completed() && state_->error) std::rethrow_exception(state_->error);
     throw;
   }
+  release_deferred();
   if (state_->error) std::rethrow_exception(state_->error);
   return true;
 }

@@ -17,6 +17,15 @@
 
 namespace cohort::dist {
 
+// Tensors that Python has seen free their Python object when they go, which takes the GIL. The
+// communication thread must never be the one that lets them go: a thread that holds the GIL while
+// it joins that thread (a group destroyed from Python, or at interpreter exit) would wait for it
+// forever. So what an operation's completion lets go of is handed here and dropped by the next
+// caller of release_deferred(): a thread that issues or waits for an operation, or destroys its
+// group.
+void defer_release(std::shared_ptr<void> what);
+void release_deferred();
+
 class CohortWork final : public c10d::Work {
  public:
   // `outputs` are what result() and the future hold; `keep` lives until the operation completes
