@@ -32,13 +32,15 @@ std::string source(const std::string& rel) {
   return std::string(COHORT_SOURCE_DIR) + "/" + rel;
 }
 
-// A 2-worker MLP job with its console on a free port, long enough (3 epochs) that the test ends it
-// with Ctrl-C once it has seen what it needs.
+// A 2-worker MLP job with its console on a free port, long enough (30 epochs: 3 took about 10 s,
+// less than a headless browser needed to start on a loaded machine) that the test ends it with
+// Ctrl-C once it has seen what it needs.
+constexpr int kEpochs = 30;
 std::unique_ptr<CohortProcess> start_job(const fs::path& run_dir) {
   return std::make_unique<CohortProcess>(std::vector<std::string>{
       "run", source("examples/fashion-mlp.yaml"), "--run-dir", run_dir.string(), "--set",
-      "train.epochs=3", "--set", "train.log_every_steps=5", "--set", "checkpoint.every_steps=0",
-      "--set", "dashboard.port=0"});
+      "train.epochs=" + std::to_string(kEpochs), "--set", "train.log_every_steps=5", "--set",
+      "checkpoint.every_steps=0", "--set", "dashboard.port=0"});
 }
 
 // Waits for <run_dir>/console.url and returns the URL in it.
@@ -128,7 +130,7 @@ TEST(Console, ApiStreamPrometheusAndStatusOfARunningTwoWorkerJob) {
   EXPECT_EQ(j["state"], "running");
   EXPECT_EQ(j["world_size"], 2);
   EXPECT_EQ(j["joined"], 2);
-  EXPECT_EQ(j["total_steps"], 3 * 469);  // 60000 / (64 * 2) per epoch, rounded up
+  EXPECT_EQ(j["total_steps"], kEpochs * 469);  // 60000 / (64 * 2) per epoch, rounded up
   EXPECT_TRUE(j["eta_seconds"].is_number()) << j.dump();
   EXPECT_GT(j["progress"].get<double>(), 0);
   EXPECT_NE(j["config"].get<std::string>().find("dashboard:"), std::string::npos);
