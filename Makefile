@@ -5,7 +5,7 @@ BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: deps configure build run test install test-asan test-asan-all test-tsan fuzz bench-training bench-compare bench-scale bench-python bench-python-elastic bench-compression bench-recovery accuracy-compression bench-trace format lint clean
+.PHONY: deps configure build run test install test-asan test-asan-all test-tsan fuzz bench-training bench-compare bench-scale bench-python bench-python-elastic bench-compression bench-sync bench-recovery accuracy-compression bench-trace format lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -68,6 +68,13 @@ bench-python-elastic: build
 # BENCH_BATCH pick others (BENCH_KEEP=1 adds them to the rows already in BENCHMARKS.md).
 bench-compression: build
 	scripts/bench-compression.sh
+
+# Synchronization modes on the emulated cluster (needs root): Cohort's allreduce and local SGD
+# against PyTorch DDP and PyTorch's post-local SGD; writes its section of BENCHMARKS.md. The
+# default is the bandwidth-bound regime (100 Mbit/s, 4 workers, batch 16; ~25 min on 2 idle
+# CPUs); BENCH_RATE, BENCH_WORKERS, BENCH_BATCH, BENCH_PERIOD pick others (BENCH_KEEP=1 adds them).
+bench-sync: build
+	scripts/bench-sync.sh
 
 # The CNN on Fashion-MNIST with each gradient compression against uncompressed training (one
 # epoch each, about 15 minutes on 2 cores); fails if a codec misses its accuracy target.

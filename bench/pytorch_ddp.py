@@ -19,6 +19,9 @@ training time so far, evaluations excluded; --stop-at-accuracy A stops at the fi
 that reaches A. --fp16-hook compresses gradients to fp16 for the allreduce with PyTorch's own
 communication hook (ddp_comm_hooks.default_hooks.fp16_compress_hook).
 
+--post-local-sgd H trains with PyTorch's post-local SGD (post_localSGD_hook and
+PostLocalSGDOptimizer with a PeriodicModelAverager of period H, after --local-sgd-warmup steps of
+synchronous training).
 --powersgd-hook R compresses gradients with PyTorch's PowerSGD hook (ddp_comm_hooks.powerSGD_hook,
 rank R, error feedback and warm start on, plain allreduce for the first --powersgd-start steps).
 On Gloo (torch 1.13) the hook as shipped aborts or hangs once a model has more than one bucket:
@@ -49,7 +52,10 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+from torch.distributed.algorithms.ddp_comm_hooks import (default_hooks, post_localSGD_hook,
+                                                         powerSGD_hook)
+from torch.distributed.algorithms.model_averaging import averagers
+from torch.distributed.optim import PostLocalSGDOptimizer
 
 
 def read_idx(path):
@@ -97,6 +103,8 @@ def main():
     p.add_argument("--fp16-hook", action="store_true")
     p.add_argument("--powersgd-hook", type=int, default=0, metavar="RANK")
     p.add_argument("--powersgd-start", type=int, default=10)
+    p.add_argument("--post-local-sgd", type=int, default=0, metavar="PERIOD")
+    p.add_argument("--local-sgd-warmup", type=int, default=0, metavar="STEPS")
     p.add_argument("--memory-format", choices=["contiguous", "channels_last"],
                    default="contiguous")
     p.add_argument("--backend", choices=["gloo", "cohort"], default="gloo")
@@ -129,6 +137,19 @@ def main():
 
         ddp.register_comm_hook(state, powersgd_in_bucket_order)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
+    if args.post_local_sgd:
+        # Post-local SGD as PyTorch documents it: the hook allreduces gradients for the first
+        # --local-sgd-warmup steps and then not at all (post_local_gradient_allreduce=False: no
+        # intra-node allreduce, every worker is a host of its own), and the optimizer averages
+        # the models every PERIOD steps.
+        ddp.register_comm_hook(
+            post_localSGD_hook.PostLocalSGDState(process_group=None, subgroup=None,
+                                                 start_localSGD_iter=args.local_sgd_warmup,
+                                                 post_local_gradient_allreduce=False),
+            post_localSGD_hook.post_localSGD_hook)
+        opt = PostLocalSGDOptimizer(
+            optim=opt, averager=averagers.PeriodicModelAverager(
+                period=args.post_local_sgd, warmup_steps=args.local_sgd_warmup))
     sampler = torch.utils.data.distributed.DistributedSampler(
         range(len(y_train)), num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
 

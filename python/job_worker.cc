@@ -80,7 +80,8 @@ JobWorker::JobWorker(const JobWorkerOptions& options) : options_(options) {
                                               .flight_recorder = recorder_,
                                               .check_collectives = group.check_collectives,
                                               .transport = group.transport}});
-  faults_ = std::make_unique<train::FaultInjector>(config_.faults, options_.rank);
+  faults_ = std::make_unique<train::FaultInjector>(config_.faults, options_.rank, config_.workers,
+                                                   config_.train.seed);
   publish_status({{"state", "starting"}, {"step", 0}});
 }
 
@@ -238,9 +239,13 @@ void JobWorker::report(json record) {
     comm = claimed_.lock();
   }
   faults_->at_step(step, comm.get());
-  if (double slow = advanced ? faults_->slowdown(step) : 0; slow > 0) {
+  // The script's own time for the step (since the previous report, less that report's slowdown)
+  // is what a factor multiplies.
+  const double busy = std::chrono::duration<double>(Clock::now() - step_began_).count();
+  if (double slow = advanced ? faults_->slowdown(step, busy) : 0; slow > 0) {
     std::this_thread::sleep_for(std::chrono::duration<double>(slow));
   }
+  if (advanced) step_began_ = Clock::now();
 }
 
 void JobWorker::finish(json summary) {

@@ -93,6 +93,7 @@ class JobWorker : public std::enable_shared_from_this<JobWorker> {
   std::unique_ptr<trace::FlightReporter> reporter_;  // reads the recorder: after it
   std::unique_ptr<elastic::WorkerAgent> agent_;
   std::unique_ptr<train::FaultInjector> faults_;
+  Clock::time_point step_began_ = Clock::now();  // after the previous report's slowdown
 
   mutable std::mutex mu_;  // guards what follows (Python threads may report)
   std::optional<elastic::Membership> membership_;

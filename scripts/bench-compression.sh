@@ -56,6 +56,8 @@ RESULTS=$OUT/results.jsonl
 export QUIET_LOG=$OUT/load.tsv
 # shellcheck source=lib/quiet.sh
 source "$ROOT/scripts/lib/quiet.sh"
+# shellcheck source=lib/netbench.sh
+source "$ROOT/scripts/lib/netbench.sh"
 
 ((EUID == 0)) || { echo "bench-compression: needs root (network namespaces)" >&2; exit 2; }
 mkdir -p "$OUT"
@@ -93,12 +95,6 @@ trap 'exit 143' TERM
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 started=$(date +%s)
 port=29600
-
-tx_bytes() {  # N -> the tx counters of workers 0..N-1, space-separated
-  local r out=()
-  for ((r = 0; r < $1; r++)); do out+=("$("$NC" bytes "$CLUSTER" "$r" | cut -d' ' -f1)"); done
-  echo "${out[*]}"
-}
 
 run_cohort() {  # RATE N CODEC
   local rate=$1 n=$2 codec=$3 dir=$OUT/cohort-$1-$2-$BATCH-$3 coord r pids=()

@@ -334,6 +334,34 @@ TEST(DistributedDataParallel, UnusedParameterStillSynchronises) {
   });
 }
 
+// Local SGD's averaging: models that went apart (each rank's own seed) become their mean, and a
+// backward outside DDP's control leaves the gradients local.
+TEST(DistributedDataParallel, AveragingMakesEveryParameterTheMeanOverRanks) {
+  const int world = 3;
+  std::vector<std::vector<torch::Tensor>> before(world), after(world);
+  std::vector<uint64_t> sent(world);
+  run_ranks(world, [&](int rank, comm::Communicator& c) {
+    auto model = seeded_net(100 + rank);
+    DistributedDataParallel ddp(model, c, {.broadcast_on_construct = false});
+    model->zero_grad();
+    torch::nn::functional::cross_entropy(model->forward(batch_for(rank, 0)), labels_for(rank, 0))
+        .backward();
+    EXPECT_EQ(ddp.stats().bytes_sent, 0u) << "a plain backward exchanged gradients";
+    for (const auto& p : model->parameters()) before[rank].push_back(p.detach().clone());
+    ddp.average_parameters();
+    for (const auto& p : model->parameters()) after[rank].push_back(p.detach().clone());
+    sent[rank] = ddp.stats().bytes_sent;
+  });
+  for (size_t i = 0; i < before[0].size(); ++i) {
+    const auto mean = (before[0][i] + before[1][i] + before[2][i]) / 3;
+    for (int r = 0; r < world; ++r) {
+      EXPECT_TRUE(torch::allclose(after[r][i], mean, 1e-5, 1e-6)) << "parameter " << i;
+      EXPECT_TRUE(torch::equal(after[r][i], after[0][i])) << "rank " << r << " parameter " << i;
+    }
+  }
+  for (int r = 0; r < world; ++r) EXPECT_GT(sent[r], 0u);
+}
+
 TEST(DistributedDataParallel, OptimizerStateIsBroadcastFromRoot) {
   const int world = 2;
   std::vector<std::string> digests(world);

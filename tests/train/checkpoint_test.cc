@@ -112,20 +112,22 @@ TEST_F(Checkpoints, RoundTripIsBitwiseAndTrainingContinuesIdentically) {
   }
 }
 
-// Each rank's codec state (opaque bytes, zeros and all) comes back as it went in; a checkpoint
-// written without any gives none back.
-TEST_F(Checkpoints, CodecStatesOfEveryRankRoundTrip) {
+// Each rank's codec state and the synchronization mode's state (opaque bytes, zeros and all) come
+// back as they went in; a checkpoint written without any gives none back.
+TEST_F(Checkpoints, CodecAndSyncStatesRoundTrip) {
   const std::vector<std::string> states = {std::string("rank 0\0\x01\xff", 10), "",
                                            std::string(100000, '\x7f')};
   const fs::path with = dir_ / "with.cohort", without = dir_ / "without.cohort";
   make_checkpoint(dir_ / "first.cohort");
-  save_checkpoint(with, {.step = 1}, *model_, opt_.get(), states);
+  const CheckpointExtras extras{.codec_states = states,
+                                .sync_state = std::string("outer\0momentum", 14)};
+  save_checkpoint(with, {.step = 1}, *model_, opt_.get(), extras);
   save_checkpoint(without, {.step = 1}, *model_, opt_.get());
-  std::vector<std::string> back = {"stale"};
+  CheckpointExtras back{.codec_states = {"stale"}, .sync_state = "stale"};
   decode_checkpoint(read_file(with), "with", *model_, opt_.get(), true, &back);
-  EXPECT_EQ(back, states);
+  EXPECT_EQ(back, extras);
   decode_checkpoint(read_file(without), "without", *model_, opt_.get(), true, &back);
-  EXPECT_TRUE(back.empty());
+  EXPECT_EQ(back, CheckpointExtras{});
 }
 
 // Found by fuzzing the format: a checksum-valid file whose metadata has 1e19 (a float) for an

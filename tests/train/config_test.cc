@@ -414,7 +414,8 @@ TEST(JobConfig, EveryKeyIsDocumented) {
       "program: {python: " + std::string(COHORT_SOURCE_DIR) + "/examples/python/train_ddp.py}";
   for (const std::string& yaml :
        {std::string(), std::string("dashboard:"), program,
-        std::string("data: {name: synthetic}\ntrain: {optimizer: {name: adam}}")}) {
+        std::string("data: {name: synthetic}\ntrain: {optimizer: {name: adam}}"),
+        std::string("sync: {mode: local_sgd, outer_optimizer: {name: nesterov}}")}) {
     walk(YAML::Load(to_yaml(parse_job_config(yaml, "j"))), "");
   }
 }
@@ -430,18 +431,24 @@ faults:
   - kind: disconnect
     rank: 0
     at_step: 3
+  - {kind: slow, rank: 2, at_step: 5, factor: 2.5}
+  - {kind: stragglers, at_step: 10, every: 10, factor: 3}
 debug: {check_collectives: true, check_params_every: 50, hang_timeout_s: 20,
         flight_recorder_entries: 64, straggler_margin: 0.5, straggler_window: 8,
         bandwidth_probe_mb: 0}
 )",
                                  "job.yaml");
-  ASSERT_EQ(c.faults.size(), 5u);
+  ASSERT_EQ(c.faults.size(), 7u);
   EXPECT_EQ(c.faults[0], (FaultConfig{.kind = FaultKind::Kill, .rank = 2, .at_step = 40}));
   EXPECT_EQ(c.faults[1], (FaultConfig{.kind = FaultKind::Hang, .rank = 1, .at_step = 7}));
   EXPECT_EQ(c.faults[2].seconds, 2.5);
   EXPECT_EQ(c.faults[3],
             (FaultConfig{.kind = FaultKind::Slow, .rank = 1, .at_step = 0, .seconds = 0.25}));
   EXPECT_EQ(c.faults[4].kind, FaultKind::Disconnect);
+  EXPECT_EQ(c.faults[5],
+            (FaultConfig{.kind = FaultKind::Slow, .rank = 2, .at_step = 5, .factor = 2.5}));
+  EXPECT_EQ(c.faults[6],
+            (FaultConfig{.kind = FaultKind::Stragglers, .at_step = 10, .factor = 3, .every = 10}));
   EXPECT_TRUE(c.debug.check_collectives);
   EXPECT_EQ(c.debug.check_params_every, 50);
   EXPECT_EQ(c.debug.hang_timeout_s, 20);
@@ -477,22 +484,38 @@ TEST(JobConfigFaults, ErrorsNameTheElementAndItsKey) {
             "job.yaml:3:24: faults[0].rank: expected a rank in [0, 1] (workers is 2), got 2");
   EXPECT_EQ(
       error_of("workers: 2\nfaults:\n  - {kind: kill, rank: 0}\n  - {kind: freeze, rank: 0}\n"),
-      "job.yaml:4:12: faults[1].kind: expected one of kill, hang, slow, disconnect, got "
-      "\"freeze\"");
+      "job.yaml:4:12: faults[1].kind: expected one of kill, hang, slow, disconnect, stragglers, "
+      "got \"freeze\"");
   EXPECT_EQ(error_of("faults:\n  - {kind: slow, rank: 0}\n"),
-            "job.yaml:2:5: faults[0]: a slow fault needs seconds: the time each step takes longer");
+            "job.yaml:2:5: faults[0]: a slow fault needs seconds (the time each step takes "
+            "longer) or factor (how many times its compute each step takes)");
+  EXPECT_EQ(error_of("faults:\n  - {kind: slow, rank: 0, factor: 2, seconds: 1}\n"),
+            "job.yaml:2:47: faults[0].seconds: a slow fault takes seconds or factor, not both");
+  EXPECT_EQ(error_of("faults:\n  - {kind: slow, rank: 0, factor: 1}\n"),
+            "job.yaml:2:35: faults[0].factor: expected a number in (1, 1000], got 1");
+  EXPECT_EQ(error_of("faults:\n  - {kind: stragglers, rank: 0, every: 10, factor: 3}\n"),
+            "job.yaml:2:30: faults[0].rank: does not apply when the kind is stragglers (the "
+            "worker is chosen at random)");
+  EXPECT_EQ(error_of("faults:\n  - {kind: stragglers, factor: 3}\n"),
+            "job.yaml:2:5: faults[0]: a stragglers fault needs every (the window in steps) and "
+            "factor");
+  EXPECT_EQ(error_of("faults:\n  - {kind: hang, rank: 0, every: 3}\n"),
+            "job.yaml:2:34: faults[0].every: does not apply when the kind is hang (only to "
+            "stragglers)");
   EXPECT_EQ(error_of("faults:\n  - {kind: kill, rank: 0, seconds: 3}\n"),
             "job.yaml:2:36: faults[0].seconds: does not apply when the kind is kill (only to slow "
             "and hang)");
   EXPECT_EQ(error_of("faults:\n  - {kind: kill, rnak: 0}\n"),
             "job.yaml:2:18: faults[0].rnak: unknown key; did you mean 'rank'?");
   EXPECT_EQ(error_of("faults:\n  - {rank: 0}\n"),
-            "job.yaml:2:5: faults[0]: a fault needs a kind (kill, hang, slow or disconnect)");
+            "job.yaml:2:5: faults[0]: a fault needs a kind (kill, hang, slow, disconnect or "
+            "stragglers)");
   EXPECT_EQ(error_of("faults: {kind: kill}\n"),
             "job.yaml:1:9: faults: expected a list of faults, got a map");
   EXPECT_EQ(
       error_of("faults: [kill]\n"),
-      "job.yaml:1:10: faults[0]: expected a map {kind, rank, at_step, seconds}, got \"kill\"");
+      "job.yaml:1:10: faults[0]: expected a map {kind, rank, at_step, seconds, factor, every}, "
+      "got \"kill\"");
   EXPECT_EQ(error_of("faults: [{kind: hang, rank: 0, at_step: -1}]"),
             "job.yaml:1:41: faults[0].at_step: expected a non-negative integer, got -1");
   EXPECT_EQ(error_of("debug: {check_params_every: -5}"),
@@ -534,6 +557,49 @@ TEST(JobConfigProgram, ErrorsNameTheKey) {
             "job.yaml:3:3: program.interpeter: unknown key; did you mean 'interpreter'?");
   EXPECT_EQ(error_of("program: train.py\n"),
             "job.yaml:1:10: program: expected a map of keys, got \"train.py\"");
+}
+
+TEST(JobConfigSync, LocalSgdKeysRoundTrip) {
+  JobConfig c = parse_job_config("", "job.yaml");
+  EXPECT_EQ(c.sync.mode, SyncKind::AllReduce);
+  c = parse_job_config("sync: {mode: local_sgd, period: 4, warmup_steps: 100}", "job.yaml");
+  EXPECT_EQ(c.sync.mode, SyncKind::LocalSgd);
+  EXPECT_EQ(c.sync.period, 4);
+  EXPECT_EQ(c.sync.warmup_steps, 100);
+  EXPECT_EQ(c.sync.outer_optimizer.name, OuterOptimizerKind::None);
+  EXPECT_EQ(parse_job_config(to_yaml(c), "resolved.yaml"), c);
+  c = parse_job_config(
+      "sync:\n  mode: local_sgd\n  outer_optimizer: {name: nesterov, lr: 0.5, momentum: 0.8}\n",
+      "job.yaml");
+  EXPECT_EQ(c.sync.period, 8);
+  EXPECT_EQ(c.sync.outer_optimizer.name, OuterOptimizerKind::Nesterov);
+  EXPECT_DOUBLE_EQ(c.sync.outer_optimizer.lr, 0.5);
+  EXPECT_DOUBLE_EQ(c.sync.outer_optimizer.momentum, 0.8);
+  EXPECT_EQ(parse_job_config(to_yaml(c), "resolved.yaml"), c);
+  EXPECT_EQ(parse_job_config(to_yaml(parse_job_config("", "j")), "j").sync, SyncConfig{});
+}
+
+TEST(JobConfigSync, ErrorsNameTheKey) {
+  EXPECT_EQ(error_of("sync: {mode: local-sgd}"),
+            "job.yaml:1:14: sync.mode: expected one of allreduce, local_sgd, got \"local-sgd\"; "
+            "did you mean 'local_sgd'?");
+  EXPECT_EQ(error_of("sync: {period: 4}"),
+            "job.yaml:1:16: sync.period: does not apply when sync.mode is allreduce (only to "
+            "local_sgd)");
+  EXPECT_EQ(error_of("sync: {mode: local_sgd, period: 0}"),
+            "job.yaml:1:33: sync.period: expected an integer in [1, 1048576], got 0");
+  EXPECT_EQ(error_of("sync: {mode: local_sgd, outer_optimizer: {lr: 0.5}}"),
+            "job.yaml:1:47: sync.outer_optimizer.lr: does not apply when "
+            "sync.outer_optimizer.name is none");
+  EXPECT_EQ(
+      error_of("sync:\n  mode: local_sgd\n  outer_optimizer: {name: nesterov, momentum: 1}\n"),
+      "job.yaml:3:47: sync.outer_optimizer.momentum: expected a number in [0, 1), got 1");
+  EXPECT_EQ(error_of("", {"sync.mode=local_sgd", "sync.perod=2"}),
+            "--set sync.perod=2: sync.perod: unknown key; did you mean 'period'?");
+  const std::string script = std::string(COHORT_SOURCE_DIR) + "/examples/python/train_ddp.py";
+  EXPECT_EQ(error_of("program: {python: " + script + "}\nsync: {mode: local_sgd}\n"),
+            "job.yaml:2:14: sync.mode: does not apply to a Python program (program.python): the "
+            "script's own training loop decides how its replicas synchronise");
 }
 
 TEST(YamlReader, EditDistanceAndClosestMatch) {

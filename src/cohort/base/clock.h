@@ -37,6 +37,11 @@ class Deadline {
   Clock::time_point at_;
 };
 
+// Seconds from `t` to now.
+inline double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
 // Seconds since the Unix epoch, for logs and event files.
 inline double wall_seconds() {
   using namespace std::chrono;

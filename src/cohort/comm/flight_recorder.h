@@ -43,9 +43,10 @@ enum class Phase : uint8_t {
   Checkpoint = 5,
   Evaluate = 6,
   Done = 7,
-  Training = 8,  // somewhere in a step of a loop that only reports its step boundaries (Python)
+  Training = 8,   // somewhere in a step of a loop that only reports its step boundaries (Python)
+  Averaging = 9,  // local SGD averaging the replicas' models
 };
-std::string_view phase_name(Phase p);   // "setup" | "data" | "forward" | ... | "training"
+std::string_view phase_name(Phase p);   // "setup" | "data" | "forward" | ... | "averaging"
 Phase parse_phase(std::string_view s);  // Setup for anything unknown
 
 // One collective as the recorder saw it. Times are microseconds since the Unix epoch (0: not

@@ -376,6 +376,38 @@ void DistributedDataParallel::broadcast_parameters(int root) {
   }
 }
 
+void DistributedDataParallel::average_parameters() {
+  torch::NoGradGuard no_grad;
+  const auto t0 = Clock::now();
+  const comm::CommStats before = comm_.stats();
+  std::map<c10::ScalarType, std::vector<torch::Tensor>> groups;
+  for (auto& s : params_) groups[s.param.scalar_type()].push_back(s.param);
+  const double n = comm_.size();
+  for (auto& [type, group] : groups) {
+    std::vector<torch::Tensor> parts;
+    for (auto& t : group) parts.push_back(t.detach().reshape({-1}));
+    auto flat = torch::cat(parts).contiguous();
+    comm_
+        .allreduce(as_buffer(flat), {.op = comm::ReduceOp::Avg,
+                                     .algorithm = options_.algorithm,
+                                     .timeout = options_.timeout})
+        ->wait();
+    int64_t off = 0;
+    for (auto& t : group) {
+      t.detach().copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+      off += t.numel();
+    }
+    stats_.uncompressed_bytes +=
+        static_cast<uint64_t>(2 * (n - 1) / n * static_cast<double>(flat.nbytes()));
+  }
+  launch_buffer_sync();
+  finish_buffer_sync();
+  const comm::CommStats after = comm_.stats();
+  stats_.bytes_sent += after.bytes_sent - before.bytes_sent;
+  stats_.bytes_received += after.bytes_received - before.bytes_received;
+  stats_.wait_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 std::string DistributedDataParallel::broadcast_bytes(const std::string& bytes, int root) {
   int64_t len = static_cast<int64_t>(bytes.size());
   comm_.broadcast(Buffer{DType::I64, &len, 1}, {.root = root, .timeout = options_.timeout})->wait();

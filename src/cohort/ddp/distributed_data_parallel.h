@@ -112,6 +112,11 @@ class DistributedDataParallel {
 
   // Copies rank `root`'s parameters and buffers to every rank.
   void broadcast_parameters(int root = 0);
+  // Local SGD's model averaging: every parameter becomes its mean over the ranks (one allreduce
+  // per dtype of the flattened parameters), and the buffers are synchronised as at every
+  // backward (DdpOptions::buffers). Blocks; its time and bytes count in stats() like a step's
+  // gradient exchange. Every rank calls it at the same point.
+  void average_parameters();
   // Copies rank `root`'s optimizer state (e.g. momentum buffers) to every rank.
   void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root = 0);
   // Copies an opaque byte string from root to every rank (length first, then bytes).

@@ -7,8 +7,8 @@
 #include <cinttypes>
 #include <cstring>
 #include <mutex>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "cohort/base/bytes.h"
@@ -56,11 +56,24 @@ void load_module(torch::nn::Module& module, torch::serialize::InputArchive& arch
   }
 }
 
+torch::Tensor byte_tensor(const std::string& bytes) {
+  auto t = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
+  if (!bytes.empty()) std::memcpy(t.data_ptr(), bytes.data(), bytes.size());  // may be null
+  return t;
+}
+
+std::string byte_string(torch::Tensor t, const std::string& name, const std::string& what) {
+  if (t.scalar_type() != torch::kUInt8 || t.dim() != 1) {
+    throw CheckpointError(name + ": " + what + " is not a byte string");
+  }
+  t = t.contiguous();
+  return {static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel())};
+}
+
 }  // namespace
 
 std::string encode_checkpoint(const CheckpointMeta& meta, torch::nn::Module& model,
-                              torch::optim::Optimizer* optimizer,
-                              const std::vector<std::string>& codec_states) {
+                              torch::optim::Optimizer* optimizer, const CheckpointExtras& extras) {
   torch::serialize::OutputArchive archive;
   torch::serialize::OutputArchive model_archive;
   model.save(model_archive);
@@ -75,17 +88,17 @@ std::string encode_checkpoint(const CheckpointMeta& meta, torch::nn::Module& mod
     std::lock_guard<std::mutex> lock(gen.mutex());
     archive.write("rng_cpu", gen.get_state(), /*is_buffer=*/true);
   }
+  const auto& codec_states = extras.codec_states;
   if (!codec_states.empty()) {
     torch::serialize::OutputArchive states;
     states.write("ranks", torch::tensor(static_cast<int64_t>(codec_states.size())), true);
     for (size_t r = 0; r < codec_states.size(); ++r) {
-      auto bytes = torch::empty({static_cast<int64_t>(codec_states[r].size())}, torch::kUInt8);
-      if (!codec_states[r].empty()) {  // an empty tensor's data may be null
-        std::memcpy(bytes.data_ptr(), codec_states[r].data(), codec_states[r].size());
-      }
-      states.write("rank_" + std::to_string(r), bytes, /*is_buffer=*/true);
+      states.write("rank_" + std::to_string(r), byte_tensor(codec_states[r]), /*is_buffer=*/true);
     }
     archive.write("codec_states", states);
+  }
+  if (!extras.sync_state.empty()) {
+    archive.write("sync_state", byte_tensor(extras.sync_state), /*is_buffer=*/true);
   }
   std::ostringstream payload_stream;
   archive.save_to(payload_stream);
@@ -100,7 +113,7 @@ CheckpointMeta verify_checkpoint(const std::string& bytes, const std::string& na
 
 CheckpointMeta decode_checkpoint(const std::string& bytes, const std::string& name,
                                  torch::nn::Module& model, torch::optim::Optimizer* optimizer,
-                                 bool restore_rng, std::vector<std::string>* codec_states) {
+                                 bool restore_rng, CheckpointExtras* extras) {
   CheckpointParts p = parse_checkpoint(bytes, name);
   try {
     torch::serialize::InputArchive archive;
@@ -122,8 +135,8 @@ CheckpointMeta decode_checkpoint(const std::string& bytes, const std::string& na
       std::lock_guard<std::mutex> lock(gen.mutex());
       gen.set_state(state);
     }
-    if (codec_states) {
-      codec_states->clear();
+    if (extras) {
+      *extras = {};
       torch::serialize::InputArchive states;
       if (archive.try_read("codec_states", states)) {
         torch::Tensor ranks;
@@ -131,14 +144,13 @@ CheckpointMeta decode_checkpoint(const std::string& bytes, const std::string& na
         for (int64_t r = 0; r < ranks.item<int64_t>(); ++r) {
           torch::Tensor b;
           states.read("rank_" + std::to_string(r), b, true);
-          if (b.scalar_type() != torch::kUInt8 || b.dim() != 1) {
-            throw CheckpointError(name + ": codec state of rank " + std::to_string(r) +
-                                  " is not a byte string");
-          }
-          b = b.contiguous();
-          codec_states->emplace_back(static_cast<const char*>(b.data_ptr()),
-                                     static_cast<size_t>(b.numel()));
+          extras->codec_states.push_back(
+              byte_string(b, name, "codec state of rank " + std::to_string(r)));
         }
+      }
+      torch::Tensor sync;
+      if (archive.try_read("sync_state", sync, /*is_buffer=*/true)) {
+        extras->sync_state = byte_string(sync, name, "the synchronization mode's state");
       }
     }
   } catch (const c10::Error& e) {
@@ -150,9 +162,8 @@ CheckpointMeta decode_checkpoint(const std::string& bytes, const std::string& na
 }
 
 void save_checkpoint(const fs::path& path, const CheckpointMeta& meta, torch::nn::Module& model,
-                     torch::optim::Optimizer* optimizer,
-                     const std::vector<std::string>& codec_states) {
-  write_file_atomically(path, encode_checkpoint(meta, model, optimizer, codec_states));
+                     torch::optim::Optimizer* optimizer, const CheckpointExtras& extras) {
+  write_file_atomically(path, encode_checkpoint(meta, model, optimizer, extras));
 }
 
 CheckpointMeta load_checkpoint(const fs::path& path, torch::nn::Module& model,
@@ -175,13 +186,12 @@ fs::path CheckpointDir::path_for(int64_t step) const {
 }
 
 fs::path CheckpointDir::save(const CheckpointMeta& meta, torch::nn::Module& model,
-                             torch::optim::Optimizer* optimizer,
-                             const std::vector<std::string>& codec_states) {
+                             torch::optim::Optimizer* optimizer, const CheckpointExtras& extras) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) throw SystemError("create checkpoint directory " + dir_.string(), ec.value());
   const fs::path path = path_for(meta.step);
-  save_checkpoint(path, meta, model, optimizer, codec_states);
+  save_checkpoint(path, meta, model, optimizer, extras);
   auto files = list();
   for (size_t i = 0; i + static_cast<size_t>(keep_) < files.size(); ++i) {
     fs::remove(files[i].path, ec);

@@ -8,9 +8,11 @@
 //   24  SHA-256 of the M + P bytes that follow
 //   56  metadata: JSON (step, epoch, consumed, world_size, seed, job, time)
 //   56+M payload: a libtorch archive with the model's parameters and buffers ("model"), the
-//       optimizer's state ("optimizer", e.g. momentum buffers), the CPU generator ("rng_cpu")
-//       and, for a job with gradient compression, every rank's codec state ("codec_states":
-//       "ranks" and "rank_<r>" as bytes, ddp::DistributedDataParallel::codec_state)
+//       optimizer's state ("optimizer", e.g. momentum buffers), the CPU generator ("rng_cpu"),
+//       for a job with gradient compression every rank's codec state ("codec_states": "ranks"
+//       and "rank_<r>" as bytes, ddp::DistributedDataParallel::codec_state) and, for a
+//       synchronization mode that keeps state of its own, that state ("sync_state", bytes:
+//       SyncMode::save_state, e.g. local SGD's outer momentum)
 //
 // Files are written atomically (temporary file in the same directory, fsync, rename, fsync of the
 // directory), so a crash leaves the previous checkpoint or the new one, never a torn file; a file
@@ -33,25 +35,30 @@
 
 namespace cohort::train {
 
+// What a checkpoint holds besides the model, the optimizer and the generator.
+struct CheckpointExtras {
+  std::vector<std::string> codec_states;  // one opaque string per rank; empty: none
+  std::string sync_state;                 // the synchronization mode's; empty: none
+  bool operator==(const CheckpointExtras&) const = default;
+};
+
 // The bytes of a checkpoint (the same as a file's), e.g. for an in-memory snapshot sent to a peer.
 // `optimizer` may be null (then none is stored, and none may be restored).
-// `codec_states` holds one opaque string per rank (empty: none stored).
 std::string encode_checkpoint(const CheckpointMeta& meta, torch::nn::Module& model,
                               torch::optim::Optimizer* optimizer,
-                              const std::vector<std::string>& codec_states = {});
+                              const CheckpointExtras& extras = {});
 // Verifies and restores into `model` (and `optimizer`, and the CPU generator when restore_rng);
-// the ranks' codec states go to *codec_states when given (empty for a checkpoint without).
+// the extras go to *extras when given (empty fields for a checkpoint without them).
 // `name` (a file name) is used in errors.
 CheckpointMeta decode_checkpoint(const std::string& bytes, const std::string& name,
                                  torch::nn::Module& model, torch::optim::Optimizer* optimizer,
-                                 bool restore_rng = true,
-                                 std::vector<std::string>* codec_states = nullptr);
+                                 bool restore_rng = true, CheckpointExtras* extras = nullptr);
 // Verifies the checksum and returns the metadata without touching any model.
 CheckpointMeta verify_checkpoint(const std::string& bytes, const std::string& name);
 
 void save_checkpoint(const std::filesystem::path& path, const CheckpointMeta& meta,
                      torch::nn::Module& model, torch::optim::Optimizer* optimizer,
-                     const std::vector<std::string>& codec_states = {});
+                     const CheckpointExtras& extras = {});
 CheckpointMeta load_checkpoint(const std::filesystem::path& path, torch::nn::Module& model,
                                torch::optim::Optimizer* optimizer, bool restore_rng = true);
 CheckpointMeta read_checkpoint_meta(const std::filesystem::path& path);
@@ -71,7 +78,7 @@ class CheckpointDir {
   // `keep`. Returns the file's path.
   std::filesystem::path save(const CheckpointMeta& meta, torch::nn::Module& model,
                              torch::optim::Optimizer* optimizer,
-                             const std::vector<std::string>& codec_states = {});
+                             const CheckpointExtras& extras = {});
   // Checkpoint files by ascending step (names only; nothing is verified).
   std::vector<CheckpointFile> list() const;
   // The newest checkpoint whose checksum verifies. Corrupt ones are skipped with a warning in the

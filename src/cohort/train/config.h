@@ -20,12 +20,16 @@ enum class DatasetKind { FashionMnist, Mnist, Synthetic };
 enum class OptimizerKind { Sgd, Adam };
 enum class LrScaling { None, Linear };
 enum class MemoryFormat { Auto, ChannelsLast, Contiguous };
+enum class SyncKind { AllReduce, LocalSgd };
+enum class OuterOptimizerKind { None, Sgd, Nesterov };
 
 std::string_view model_kind_name(ModelKind k);          // "mlp" | "cnn" | "resnet"
 std::string_view dataset_kind_name(DatasetKind k);      // "fashion-mnist" | "mnist" | "synthetic"
 std::string_view optimizer_kind_name(OptimizerKind k);  // "sgd" | "adam"
 std::string_view lr_scaling_name(LrScaling s);          // "none" | "linear"
 std::string_view memory_format_name(MemoryFormat f);    // "auto" | "channels_last" | "contiguous"
+std::string_view sync_kind_name(SyncKind k);            // "allreduce" | "local_sgd"
+std::string_view outer_optimizer_name(OuterOptimizerKind k);  // "none" | "sgd" | "nesterov"
 
 // memory_format: the layout of 4-D parameters and activations. auto is channels_last for models
 // with convolutions (oneDNN's convolutions run faster on it on CPUs), contiguous otherwise.
@@ -100,6 +104,26 @@ struct CommConfig {
   bool operator==(const CommConfig&) const = default;
 };
 
+// How the replicas synchronise (docs/job-config.md, "sync"; train/sync_mode.h).
+//   allreduce: gradients are averaged at every step (DDP), the replicas stay bitwise equal.
+//   local_sgd: each worker steps on its own gradients and the models are averaged every `period`
+//     steps (post-local SGD: the first `warmup_steps` steps are synchronous). An outer optimizer
+//     may apply the averaged update (DiLoCo: Nesterov momentum on the change since the last
+//     average); none simply takes the average.
+struct OuterOptimizerConfig {
+  OuterOptimizerKind name = OuterOptimizerKind::None;
+  double lr = 0.7;
+  double momentum = 0.9;
+  bool operator==(const OuterOptimizerConfig&) const = default;
+};
+struct SyncConfig {
+  SyncKind mode = SyncKind::AllReduce;
+  int64_t period = 8;
+  int64_t warmup_steps = 0;
+  OuterOptimizerConfig outer_optimizer;
+  bool operator==(const SyncConfig&) const = default;
+};
+
 struct CheckpointConfig {
   int64_t every_steps = 500;  // 0: no periodic checkpoints
   int64_t keep = 3;
@@ -131,13 +155,18 @@ struct DashboardConfig {
 
 // A fault injected on purpose, to test how the job and its tools react (docs/job-config.md).
 // It fires on `rank` at the step boundary where that rank has completed `at_step` steps.
-enum class FaultKind { Kill, Hang, Slow, Disconnect };
-std::string_view fault_kind_name(FaultKind k);  // "kill" | "hang" | "slow" | "disconnect"
+// Stragglers has no rank: from at_step on, in each window of `every` steps one worker, chosen at
+// random from the job's seed and the window, takes `factor` times its own compute per step.
+enum class FaultKind { Kill, Hang, Slow, Disconnect, Stragglers };
+// "kill" | "hang" | "slow" | "disconnect" | "stragglers"
+std::string_view fault_kind_name(FaultKind k);
 struct FaultConfig {
   FaultKind kind = FaultKind::Kill;
   int64_t rank = 0;
   int64_t at_step = 0;
   double seconds = 0;  // slow: extra seconds per step; hang: how long (0: for good)
+  double factor = 0;   // slow (instead of seconds), stragglers: steps take factor x their compute
+  int64_t every = 0;   // stragglers: the window, in steps
   bool operator==(const FaultConfig&) const = default;
 };
 
@@ -176,6 +205,7 @@ struct JobConfig {
   DataConfig data;
   TrainConfig train;
   CommConfig comm;
+  SyncConfig sync;
   CheckpointConfig checkpoint;
   ElasticConfig elastic;
   DashboardConfig dashboard;

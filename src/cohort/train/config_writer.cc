@@ -84,6 +84,21 @@ std::string to_yaml(const JobConfig& c) {
     out << YAML::EndMap;
   }
   out << YAML::EndMap;
+  out << YAML::Key << "sync" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "mode" << YAML::Value << std::string(sync_kind_name(c.sync.mode));
+  if (c.sync.mode == SyncKind::LocalSgd) {
+    out << YAML::Key << "period" << YAML::Value << c.sync.period;
+    out << YAML::Key << "warmup_steps" << YAML::Value << c.sync.warmup_steps;
+    const OuterOptimizerConfig& o = c.sync.outer_optimizer;
+    out << YAML::Key << "outer_optimizer" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "name" << YAML::Value << std::string(outer_optimizer_name(o.name));
+    if (o.name != OuterOptimizerKind::None) {
+      num("lr", o.lr);
+      num("momentum", o.momentum);
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
   out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "every_steps" << YAML::Value << c.checkpoint.every_steps;
   out << YAML::Key << "keep" << YAML::Value << c.checkpoint.keep;
@@ -109,9 +124,13 @@ std::string to_yaml(const JobConfig& c) {
   for (const FaultConfig& f : c.faults) {
     out << YAML::Flow << YAML::BeginMap;
     out << YAML::Key << "kind" << YAML::Value << std::string(fault_kind_name(f.kind));
-    out << YAML::Key << "rank" << YAML::Value << f.rank;
+    if (f.kind != FaultKind::Stragglers) out << YAML::Key << "rank" << YAML::Value << f.rank;
     out << YAML::Key << "at_step" << YAML::Value << f.at_step;
-    if (f.kind == FaultKind::Slow || f.kind == FaultKind::Hang) num("seconds", f.seconds);
+    if (f.kind == FaultKind::Hang || (f.kind == FaultKind::Slow && f.factor == 0)) {
+      num("seconds", f.seconds);
+    }
+    if (f.factor > 0) num("factor", f.factor);
+    if (f.kind == FaultKind::Stragglers) out << YAML::Key << "every" << YAML::Value << f.every;
     out << YAML::EndMap;
   }
   out << YAML::EndSeq;

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <deque>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -14,67 +13,27 @@
 
 #include "cohort/base/clock.h"
 #include "cohort/base/file.h"
-#include "cohort/base/histogram.h"
 #include "cohort/base/log.h"
 #include "cohort/ddp/distributed_data_parallel.h"
 #include "cohort/trace/step_log.h"
 #include "cohort/trace/tracer.h"
 #include "cohort/train/checkpoint.h"
 #include "cohort/train/dataset.h"
+#include "cohort/train/evaluate.h"
 #include "cohort/train/faults.h"
 #include "cohort/train/models.h"
+#include "cohort/train/progress_window.h"
 #include "cohort/train/sampler.h"
 #include "cohort/train/schedule.h"
+#include "cohort/train/status_reporter.h"
+#include "cohort/train/sync_mode.h"
+#include "cohort/train/train_state.h"
 
 namespace cohort::train {
 
 using nlohmann::json;
 
 namespace {
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-// The samples of one epoch trained on: how many, and the sum and sum of squares of their indices.
-// After a full epoch they are N, N(N-1)/2 and (N-1)N(2N-1)/6 exactly when each sample of [0, N)
-// was trained on once (doubles hold these integers exactly for any data set that fits in memory).
-struct EpochCount {
-  double samples = 0;
-  double id_sum = 0;
-  double id_sq_sum = 0;
-};
-
-// The replicated state outside the model and optimizer: the step, the sampler's position and the
-// committed sample counts of every epoch.
-struct TrainState {
-  int64_t step = 0;
-  int64_t epoch = 0;
-  int64_t consumed = 0;
-  std::vector<EpochCount> counts;
-
-  json to_json() const {
-    json c = json::array();
-    for (const auto& e : counts) c.push_back({e.samples, e.id_sum, e.id_sq_sum});
-    return {{"step", step}, {"epoch", epoch}, {"consumed", consumed}, {"counts", c}};
-  }
-  static TrainState from_json(const json& j) {
-    TrainState s{.step = j.at("step").get<int64_t>(),
-                 .epoch = j.at("epoch").get<int64_t>(),
-                 .consumed = j.at("consumed").get<int64_t>(),
-                 .counts = {}};
-    for (const auto& c : j.at("counts")) {
-      s.counts.push_back({c.at(0).get<double>(), c.at(1).get<double>(), c.at(2).get<double>()});
-    }
-    return s;
-  }
-};
-
-// A committed state: TrainState plus the model, optimizer and generator (encode_checkpoint).
-struct Snapshot {
-  TrainState state;
-  std::string bytes;
-};
 
 // Every rank leaves the membership epoch at a commit because a joiner waits to be admitted.
 struct MembershipSwitch {};
@@ -85,121 +44,6 @@ bool is_membership_failure(const std::exception& e) {
   return dynamic_cast<const PeerLostError*>(&e) || dynamic_cast<const TimeoutError*>(&e) ||
          dynamic_cast<const AbortedError*>(&e);
 }
-
-struct Evaluation {
-  double accuracy = 0;
-  double loss = 0;
-};
-
-// Rank r evaluates test examples r, r+W, r+2W, ...; correct counts and loss sums are added up.
-Evaluation evaluate(Model& model, const Dataset& test, comm::Communicator& comm) {
-  torch::NoGradGuard no_grad;
-  model.eval();
-  double sums[3] = {0, 0, 0};  // correct, count, loss sum
-  const int64_t n = test.size(), world = comm.size();
-  std::vector<int64_t> idx;
-  for (int64_t i = comm.rank(); i < n; i += world) idx.push_back(i);
-  const size_t chunk = 1000;
-  for (size_t off = 0; off < idx.size(); off += chunk) {
-    std::vector<int64_t> part(idx.begin() + off, idx.begin() + std::min(idx.size(), off + chunk));
-    auto [x, y] = test.batch(part);
-    auto logits = model.forward(x);
-    sums[0] += logits.argmax(1).eq(y).sum().item<double>();
-    sums[1] += static_cast<double>(part.size());
-    sums[2] +=
-        torch::nn::functional::cross_entropy(
-            logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-            .item<double>();
-  }
-  comm.allreduce(Buffer{DType::F64, sums, 3}, {.op = comm::ReduceOp::Sum})->wait();
-  model.train();
-  return {sums[1] > 0 ? sums[0] / sums[1] : 0, sums[1] > 0 ? sums[2] / sums[1] : 0};
-}
-
-// A rank's live status for the console and the launcher: step time, the share of it spent waiting
-// on gradient exchange, a histogram of that wait, the latency histograms of every kind of
-// collective (from the flight recorder), the step's breakdown (data, compute, sync), and the busy
-// time (data + compute) of every step since the previous record and of the `window` before (so
-// that a reader who misses one record still sees whole windows), from which the launcher tells
-// stragglers (trace/straggler.h). Published about twice a second.
-class StatusReporter {
- public:
-  StatusReporter(const TrainerContext& ctx, const comm::FlightRecorder& recorder, size_t window)
-      : report_(ctx.report_status),
-        recorder_(recorder),
-        window_(std::clamp<size_t>(window, 1, 1000)) {}
-
-  void step(int64_t step, double data_s, double compute_s, double wait_seconds, int64_t samples) {
-    const double seconds = data_s + compute_s + wait_seconds;
-    wait_hist_.observe(wait_seconds);
-    steps_ += 1;
-    step_seconds_ += seconds;
-    wait_seconds_ += wait_seconds;
-    data_seconds_ += data_s;
-    compute_seconds_ += compute_s;
-    samples_ += samples;
-    // Consecutive steps only: a rollback starts the window again.
-    if (step != busy_last_ + 1) busy_.clear();
-    busy_.push_back(static_cast<int64_t>((data_s + compute_s) * 1e6));
-    if (busy_.size() > kMaxBusy) busy_.pop_front();
-    busy_last_ = step;
-  }
-  // Publishes if `force` or half a second has passed since the last record.
-  void maybe_report(const char* state, int64_t step, int64_t total, int64_t epoch, uint64_t bytes,
-                    bool force = false) {
-    if (!report_ || (!force && seconds_since(last_) < 0.5)) return;
-    json latency = json::object();
-    for (const auto& [kind, h] : recorder_.latencies()) {
-      latency[std::string(comm::op_kind_name(kind))] = histogram_json(h);
-    }
-    json s{{"state", state},
-           {"step", step},
-           {"total_steps", total},
-           {"epoch", epoch},
-           {"bytes_sent", bytes},
-           {"comm_wait_hist", histogram_json(wait_hist_)},
-           {"collective_latency", std::move(latency)},
-           {"time", wall_seconds()}};
-    if (steps_ > 0) {
-      const auto n = static_cast<double>(steps_);
-      s["step_time"] = step_seconds_ / n;
-      s["comm_share"] = step_seconds_ > 0 ? wait_seconds_ / step_seconds_ : 0.0;
-      s["samples_per_sec"] = step_seconds_ > 0 ? samples_ / step_seconds_ : 0.0;
-      s["breakdown"] = {{"data_s", data_seconds_ / n},
-                        {"compute_s", compute_seconds_ / n},
-                        {"sync_s", wait_seconds_ / n}};
-    }
-    if (!busy_.empty()) {
-      s["busy"] = {{"first_step", busy_last_ - static_cast<int64_t>(busy_.size()) + 1},
-                   {"us", std::vector<int64_t>(busy_.begin(), busy_.end())}};
-      // The next record repeats the last window of this one.
-      while (busy_.size() > window_) busy_.pop_front();
-    }
-    report_(s);
-    last_ = Clock::now();
-    steps_ = 0;
-    step_seconds_ = wait_seconds_ = data_seconds_ = compute_seconds_ = 0;
-    samples_ = 0;
-  }
-
- private:
-  static json histogram_json(const LatencyHistogram& h) {
-    json counts = json::array();
-    for (size_t i = 0; i < LatencyHistogram::kBuckets; ++i) counts.push_back(h.bucket(i));
-    return {{"counts", std::move(counts)}, {"sum", h.sum()}};
-  }
-
-  std::function<void(const json&)> report_;
-  const comm::FlightRecorder& recorder_;
-  LatencyHistogram wait_hist_;
-  Clock::time_point last_ = Clock::now();
-  int64_t steps_ = 0, samples_ = 0;
-  double step_seconds_ = 0, wait_seconds_ = 0, data_seconds_ = 0, compute_seconds_ = 0;
-  size_t window_;
-  static constexpr size_t kMaxBusy = 4096;
-  std::deque<int64_t> busy_;  // microseconds
-  int64_t busy_last_ = -1;
-};
 
 // The transport probe: an allreduce of `mb` MB timed `iterations` times after one warm-up, the
 // fastest kept. Every rank of the communicator calls it.
@@ -268,523 +112,610 @@ static compress::CompressionOptions compression_options(const JobConfig& cfg) {
           .seed = cfg.train.seed};
 }
 
-json train(TrainerContext& ctx) {
-  const JobConfig& cfg = ctx.config;
-  const int job_rank = ctx.agent.rank();
-  torch::set_num_threads(static_cast<int>(cfg.threads_per_worker));
-  std::shared_ptr<comm::FlightRecorder> recorder_owner =
-      ctx.recorder ? ctx.recorder : std::make_shared<comm::FlightRecorder>(job_rank);
-  comm::FlightRecorder& recorder = *recorder_owner;
-  recorder.set_activity(0, comm::Phase::Setup);
-  FaultInjector faults(cfg.faults, job_rank);
-  std::unique_ptr<trace::Tracer> tracer;
-  // The recorder must stop calling the tracer before the tracer goes.
-  struct ObserverGuard {
-    comm::FlightRecorder& r;
-    ~ObserverGuard() { r.set_observer(nullptr); }
-  } observer_guard{recorder};
-  auto phase = [&](int64_t step, comm::Phase p) {
-    recorder.set_activity(step, p);
-    if (tracer) tracer->phase(step, p);
+namespace {
+
+// One worker's training: what it keeps across membership epochs (the model, the optimizer, the
+// committed state and its snapshots, the totals of its summary) and the loop of one epoch, in
+// parts: start or restore, the steps, commits, checkpoints, evaluation and the summary.
+class Trainer {
+ public:
+  explicit Trainer(TrainerContext& ctx);
+  ~Trainer() { recorder_.set_observer(nullptr); }  // before the tracer goes
+
+  // Trains until done; leaves and rejoins membership epochs when the membership changes.
+  json run();
+
+ private:
+  // What one membership epoch holds: its communicator, DDP over it, the sync mode, the sampler
+  // for its world size and the samples trained since the last commit.
+  struct Epoch {
+    comm::Communicator& comm;
+    int rank, world;
+    ddp::DistributedDataParallel& ddp;
+    SyncMode& mode;
+    uint64_t bytes_before, bytes_at_connect;  // comm_bytes_ and the communicator's count at start
+    bool report_recovery = false;
+    int64_t restored_step = 0, rolled_back = 0;
+    std::optional<DistributedSampler> sampler = {};
+    std::optional<LrSchedule> schedule = {};
+    int64_t total_steps = 0;
+    EpochCount pending = {};
+    int64_t pending_epoch = 0;
+    ProgressWindow window = {};
+    uint64_t bytes_now() const { return bytes_before + comm.stats().bytes_sent - bytes_at_connect; }
   };
 
-  auto t_load = Clock::now();
-  Dataset train_set = load_dataset(cfg.data, Split::Train, cfg.train.seed);
-  Dataset test_set = load_dataset(cfg.data, Split::Test, cfg.train.seed);
-  spdlog::info("loaded {} training and {} test examples in {:.1f} s", train_set.size(),
-               test_set.size(), seconds_since(t_load));
+  // One membership epoch, to the end of training (returns the summary) or to a membership change
+  // (throws MembershipSwitch or a membership failure).
+  json run_epoch();
+  void start_tracing();
+  // The first epoch of the workers of the start: the initial broadcast, the transport probe and,
+  // when resuming, the checkpoint.
+  void start_fresh(Epoch& e);
+  void resume_from_checkpoint(Epoch& e);
+  // A later epoch: agree on the newest snapshot every rank holds and restore it.
+  void restore(Epoch& e);
+  void plan_epoch(Epoch& e);
+  // One step of `batch`, whose data time started at t0.
+  void train_step(Epoch& e, const Batch& batch, Clock::time_point t0);
+  bool after_step(Epoch& e, bool epoch_end);
+  bool commit(Epoch& e, bool may_switch);
+  void save_checkpoint_now(Epoch& e, bool write);
+  void recovery_done(Epoch& e);
+  json summary(Epoch& e, const Evaluation& ev);
 
-  ModelPtr model = make_model(cfg.model, input_spec(cfg.data), cfg.train.seed);
-  auto optimizer = make_optimizer(cfg.train.optimizer, model->parameters());
-  const int64_t snapshot_every = cfg.elastic.snapshot_every_steps;
-  const int64_t max_steps =
-      cfg.train.max_steps > 0 ? cfg.train.max_steps : std::numeric_limits<int64_t>::max();
-
-  TrainState state;
-  std::deque<Snapshot> snapshots;  // the newest last; at most two
-  double snapshot_s = 0;           // time spent taking in-memory snapshots
-  // Where training stands, as a snapshot or a checkpoint records it.
-  auto position = [&](int world) {
-    return CheckpointMeta{.step = state.step,
-                          .epoch = state.epoch,
-                          .consumed = state.consumed,
+  void phase(int64_t step, comm::Phase p) {
+    recorder_.set_activity(step, p);
+    if (tracer_) tracer_->phase(step, p);
+  }
+  void take_snapshot(int world);
+  CheckpointMeta position(int world) const {
+    return CheckpointMeta{.step = state_.step,
+                          .epoch = state_.epoch,
+                          .consumed = state_.consumed,
                           .world_size = world,
-                          .seed = cfg.train.seed,
-                          .job = cfg.name,
+                          .seed = cfg_.train.seed,
+                          .job = cfg_.name,
                           .time = wall_seconds()};
-  };
-  auto take_snapshot = [&](int world) {
-    auto t = Clock::now();
-    Snapshot snap{state, encode_checkpoint(position(world), *model, optimizer.get())};
-    if (!snapshots.empty() && snapshots.back().state.step == state.step) {
-      snapshots.back() = std::move(snap);
-    } else {
-      snapshots.push_back(std::move(snap));
-      if (snapshots.size() > 2) snapshots.pop_front();
-    }
-    snapshot_s += seconds_since(t);
-  };
-
-  std::unique_ptr<CheckpointDir> checkpoints;
-  if (!ctx.run_dir.empty()) {
-    checkpoints = std::make_unique<CheckpointDir>(
-        std::filesystem::path(ctx.run_dir) / "checkpoints", cfg.checkpoint.keep);
   }
+  double train_seconds() const { return t_train_ ? seconds_since(*t_train_) - eval_s_ : 0.0; }
 
-  // The workers of the start hold the seed's initial state; a replacement receives it.
-  elastic::Membership membership = ctx.agent.join();
-  bool fresh_start = membership.epoch == 0;
-  bool have_state = false;
-  if (fresh_start && ctx.resume_from.empty()) {
-    // Every worker of the start built the same model from the seed: a failure before the first
-    // commit restores this.
-    take_snapshot(static_cast<int>(membership.members.size()));
-    have_state = true;
-  }
-  int64_t resumed_from = 0;
-  int restores = 0;
+  TrainerContext& ctx_;
+  const JobConfig& cfg_;
+  const int job_rank_;
+  std::shared_ptr<comm::FlightRecorder> recorder_owner_;
+  comm::FlightRecorder& recorder_;
+  FaultInjector faults_;
+  std::unique_ptr<trace::Tracer> tracer_;
+  Dataset train_set_, test_set_;
+  ModelPtr model_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  const int64_t max_steps_;
+  std::unique_ptr<CheckpointDir> checkpoints_;
 
-  double compute_s = 0, data_s = 0, comm_s = 0, last_loss = 0;
-  uint64_t comm_bytes = 0;
+  TrainState state_;
+  Snapshots snapshots_;
+  double snapshot_s_ = 0;     // time spent taking in-memory snapshots
+  SyncMode* mode_ = nullptr;  // the current epoch's (sync_mode.h); null between epochs
+  elastic::Membership membership_;
+  bool fresh_start_ = false, have_state_ = false;
+  int64_t resumed_from_ = 0;
+  int restores_ = 0;
+
+  double compute_s_ = 0, data_s_ = 0, comm_s_ = 0, last_loss_ = 0;
+  uint64_t comm_bytes_ = 0;
   // Gradient exchange only, summed over membership epochs (see DdpStats).
-  uint64_t grad_sent = 0, grad_received = 0, grad_uncompressed = 0;
-  StatusReporter status(ctx, recorder, static_cast<size_t>(cfg.debug.straggler_window));
+  uint64_t grad_sent_ = 0, grad_received_ = 0, grad_uncompressed_ = 0;
+  int64_t samples_ = 0;
+  StatusReporter status_;
   // Where each step went, for stragglers and `cohort diagnose` (trace/step_log.h).
-  std::unique_ptr<trace::StepLog> step_log;
-  if (!ctx.run_dir.empty()) {
-    step_log = std::make_unique<trace::StepLog>((std::filesystem::path(ctx.run_dir) / "steps" /
-                                                 ("rank-" + std::to_string(job_rank) + ".jsonl"))
-                                                    .string());
-  }
-  int64_t clock_offset_us = 0;
-  std::optional<trace::RankHeader> probe;  // the transport probe (the header of the step log)
-  int64_t samples = 0;
+  std::unique_ptr<trace::StepLog> step_log_;
+  int64_t clock_offset_us_ = 0;
+  std::optional<trace::RankHeader> probe_;  // the transport probe (the header of the step log)
   // Training time starts at this process's first step, as PyTorch's does after its barrier:
   // rendezvous, the initial broadcast, the transport probe and a restore are not in it.
-  std::optional<Clock::time_point> t_train;
-  double train_s = 0;
-  // Periodic evaluation (train.eval_every_steps): its time is not training time. The newest result
-  // is kept so that a job stopped by train.stop_at_accuracy does not evaluate the same model twice.
-  double eval_s = 0;
-  auto train_seconds = [&] { return t_train ? seconds_since(*t_train) - eval_s : 0.0; };
-  bool reached = false;
-  std::optional<std::pair<int64_t, Evaluation>> newest_eval;
+  std::optional<Clock::time_point> t_train_;
+  double train_s_ = 0;
+  // Periodic evaluation (train.eval_every_steps): its time is not training time. The newest
+  // result is kept so that a job stopped by train.stop_at_accuracy does not evaluate the same
+  // model twice.
+  double eval_s_ = 0;
+  bool reached_ = false;
+  std::optional<std::pair<int64_t, Evaluation>> newest_eval_;
+};
 
+Dataset load_logged(const JobConfig& cfg, Split split) {
+  auto t = Clock::now();
+  Dataset d = load_dataset(cfg.data, split, cfg.train.seed);
+  spdlog::info("loaded {} {} examples in {:.1f} s", d.size(),
+               split == Split::Train ? "training" : "test", seconds_since(t));
+  return d;
+}
+
+Trainer::Trainer(TrainerContext& ctx)
+    : ctx_(ctx),
+      cfg_(ctx.config),
+      job_rank_(ctx.agent.rank()),
+      recorder_owner_(ctx.recorder ? ctx.recorder
+                                   : std::make_shared<comm::FlightRecorder>(job_rank_)),
+      recorder_(*recorder_owner_),
+      faults_(cfg_.faults, job_rank_, cfg_.workers, cfg_.train.seed),
+      train_set_(load_logged(cfg_, Split::Train)),
+      test_set_(load_logged(cfg_, Split::Test)),
+      model_(make_model(cfg_.model, input_spec(cfg_.data), cfg_.train.seed)),
+      optimizer_(make_optimizer(cfg_.train.optimizer, model_->parameters())),
+      max_steps_(cfg_.train.max_steps > 0 ? cfg_.train.max_steps
+                                          : std::numeric_limits<int64_t>::max()),
+      status_(ctx.report_status, recorder_, static_cast<size_t>(cfg_.debug.straggler_window)) {
+  if (!ctx_.run_dir.empty()) {
+    const std::filesystem::path dir(ctx_.run_dir);
+    checkpoints_ = std::make_unique<CheckpointDir>(dir / "checkpoints", cfg_.checkpoint.keep);
+    step_log_ = std::make_unique<trace::StepLog>(
+        (dir / "steps" / ("rank-" + std::to_string(job_rank_) + ".jsonl")).string());
+  }
+}
+
+void Trainer::take_snapshot(int world) {
+  auto t = Clock::now();
+  snapshots_.take({state_, encode_checkpoint(position(world), *model_, optimizer_.get(),
+                                             {.sync_state = mode_ ? mode_->save_state() : ""})});
+  snapshot_s_ += seconds_since(t);
+}
+
+json Trainer::run() {
+  // The workers of the start hold the seed's initial state; a replacement receives it.
+  membership_ = ctx_.agent.join();
+  fresh_start_ = membership_.epoch == 0;
+  if (fresh_start_ && ctx_.resume_from.empty()) {
+    // Every worker of the start built the same model from the seed: a failure before the first
+    // commit restores this.
+    take_snapshot(static_cast<int>(membership_.members.size()));
+    have_state_ = true;
+  }
   for (;;) {
     std::string leave_reason;
     try {
-      comm::Communicator& comm = ctx.agent.connect(membership);
-      const int rank = comm.rank(), world = comm.size();
-      log::set_context(job_rank, membership.epoch, state.step);
-      // Clock offsets are measured by the workers of the start together; a replacement that
-      // joins later keeps its own clock.
-      if (fresh_start && membership.epoch == 0) clock_offset_us = trace::measure_clock_offset(comm);
-      if (cfg.trace.enabled && !tracer && !ctx.run_dir.empty()) {
-        const int64_t offset = clock_offset_us;
-        tracer = std::make_unique<trace::Tracer>(
-            trace::TracerOptions{.path = (std::filesystem::path(ctx.run_dir) / "trace" /
-                                          ("rank-" + std::to_string(job_rank) + ".json"))
-                                             .string(),
-                                 .rank = job_rank,
-                                 .max_pending = static_cast<size_t>(cfg.trace.max_pending_events),
-                                 .clock_offset_us = offset});
-        recorder.set_observer(tracer.get());
-      }
-      ddp::DistributedDataParallel ddp(
-          model, comm,
-          {.bucket_bytes = static_cast<size_t>(cfg.comm.bucket_mb * (1 << 20)),
-           .algorithm = comm::parse_algorithm(cfg.comm.algorithm),
-           .broadcast_on_construct = false,
-           .buffers = ddp::parse_buffer_sync(cfg.comm.buffers),
-           .compression = compression_options(cfg),
-           .on_bucket_ready = [&](size_t bucket, size_t bytes) {
-             if (tracer) tracer->instant("bucket " + std::to_string(bucket) + " ready", bytes);
-           }});
-      // Bytes sent by this process over all its communicators.
-      const uint64_t bytes_before = comm_bytes, bytes_at_connect = comm.stats().bytes_sent;
-      auto count_bytes = [&] {
-        comm_bytes = bytes_before + comm.stats().bytes_sent - bytes_at_connect;
-      };
-      bool report_recovery = false;
-      int64_t restored_step = 0, rolled_back = 0;
-
-      if (fresh_start) {
-        fresh_start = false;
-        ddp.broadcast_parameters(0);
-        const trace::RankHeader header =
-            probe_transport(comm, cfg.debug.bandwidth_probe_mb,
-                            comm::parse_algorithm(cfg.comm.algorithm), job_rank, clock_offset_us);
-        if (header.probe_bytes > 0) {
-          spdlog::info(
-              "transport probe: allreduce of {:.1f} MB in {:.2f} ms, {:.2f} GB/s bus bandwidth",
-              static_cast<double>(header.probe_bytes) / 1e6, 1e3 * header.probe_seconds,
-              header.probe_busbw_gbps);
-        }
-        probe = header;
-        if (step_log) step_log->header(header);
-        if (!ctx.resume_from.empty()) {
-          // Rank 0 picks and reads the checkpoint; every rank restores the same bytes.
-          std::string bytes, name;
-          if (rank == 0) {
-            CheckpointDir dir(ctx.resume_from, cfg.checkpoint.keep);
-            std::vector<std::string> skipped;
-            auto newest = dir.newest_valid(&skipped);  // logs each corrupt checkpoint it skips
-            if (!newest) {
-              throw Error("no valid checkpoint to resume from in " + ctx.resume_from +
-                          (skipped.empty() ? ""
-                                           : " (" + std::to_string(skipped.size()) +
-                                                 " corrupt: " + skipped.front() + ")"));
-            }
-            name = newest->path.string();
-            bytes = read_file(newest->path);
-            if (ctx.report_event) {
-              ctx.report_event({{"event", "resumed_from_checkpoint"},
-                                {"path", name},
-                                {"step", newest->step},
-                                {"skipped", skipped}});
-            }
-          }
-          name = ddp.broadcast_bytes(name);
-          bytes = ddp.broadcast_bytes(bytes);
-          std::vector<std::string> codec_states;
-          CheckpointMeta pos =
-              decode_checkpoint(bytes, name, *model, optimizer.get(), true, &codec_states);
-          restore_codec_state(ddp, codec_states, rank, world, name);
-          state.step = resumed_from = pos.step;
-          state.epoch = pos.epoch;
-          state.consumed = pos.consumed;
-          spdlog::info("resumed from {} at step {} (epoch {}, {} samples consumed)", name, pos.step,
-                       pos.epoch, pos.consumed);
-        }
-        take_snapshot(world);
-        have_state = true;
-      } else {
-        if (step_log && !probe) {
-          probe = trace::RankHeader{.rank = job_rank, .world = world};
-          step_log->header(*probe);
-        }
-        // Agree on the newest snapshot every rank that has state holds, and who sends it to the
-        // ranks without: min over ranks of (newest snapshot, -steps reached, -needs state, rank).
-        constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
-        int64_t v[4] = {have_state ? snapshots.back().state.step : kNone, -state.step,
-                        have_state ? 0 : -1, have_state ? rank : kNone};
-        comm.allreduce(Buffer{DType::I64, v, 4}, {.op = comm::ReduceOp::Min})->wait();
-        if (v[0] == kNone) {
-          throw Error("membership epoch " + std::to_string(membership.epoch) +
-                      ": no member holds the training state (every worker that had it was lost)");
-        }
-        restored_step = v[0];
-        const int root = static_cast<int>(v[3]);
-        std::string bytes, state_json;
-        if (have_state) {
-          auto it = std::find_if(snapshots.begin(), snapshots.end(),
-                                 [&](const Snapshot& s) { return s.state.step == restored_step; });
-          if (it == snapshots.end()) {
-            throw Error("rank " + std::to_string(job_rank) + " holds no snapshot of step " +
-                        std::to_string(restored_step) + " (its newest is of step " +
-                        std::to_string(snapshots.back().state.step) + ")");
-          }
-          bytes = it->bytes;
-          state_json = it->state.to_json().dump();
-        }
-        if (v[2] < 0) {
-          bytes = ddp.broadcast_bytes(rank == root ? bytes : std::string(), root);
-          state_json = ddp.broadcast_bytes(rank == root ? state_json : std::string(), root);
-        }
-        rolled_back = std::max<int64_t>(0, -v[1] - restored_step);
-        decode_checkpoint(bytes, "snapshot of step " + std::to_string(restored_step), *model,
-                          optimizer.get());
-        state = TrainState::from_json(json::parse(state_json));
-        snapshots.clear();
-        snapshots.push_back({state, std::move(bytes)});
-        have_state = true;
-        ++restores;
-        report_recovery = rank == 0;
-        spdlog::info(
-            "membership epoch {}: {} workers; restored the snapshot of step {} (epoch {}, {} "
-            "samples consumed), {} steps rolled back{}",
-            membership.epoch, world, restored_step, state.epoch, state.consumed, rolled_back,
-            v[2] < 0 ? ", state sent by rank " + std::to_string(root) : "");
-      }
-      auto recovery_done = [&] {
-        if (!report_recovery) return;
-        report_recovery = false;
-        ctx.agent.report_recovered(membership, {{"restored_step", restored_step},
-                                                {"steps_rolled_back", rolled_back},
-                                                {"step", state.step},
-                                                {"time", wall_seconds()}});
-      };
-
-      // Compression warm-up counts training steps: a resumed job does not warm up again.
-      ddp.set_step(state.step);
-
-      // A checkpoint of this step, written by rank 0. With gradient compression every rank's
-      // codec state (residuals, PowerSGD's factors) goes with it, so that a resumed job continues
-      // exactly: then every rank calls this at the same step.
-      // `write`: whether rank 0 writes it (every rank gathers the codec states all the same, so
-      // that whether they take part depends only on the step, which every rank shares).
-      const bool compressed = compression_options(cfg).method != compress::Method::None;
-      auto save_checkpoint_now = [&](bool write) {
-        write = write && rank == 0 && checkpoints;
-        if (!compressed && !write) return;
-        phase(state.step, comm::Phase::Checkpoint);
-        auto t = Clock::now();
-        std::vector<std::string> codec_states;
-        if (compressed) codec_states = ddp.gather_bytes(ddp.codec_state());
-        if (!write) return;
-        auto path = checkpoints->save(position(world), *model, optimizer.get(), codec_states);
-        spdlog::info("checkpoint {} written in {:.2f} s", path.string(), seconds_since(t));
-      };
-
-      DistributedSampler sampler({.dataset_size = train_set.size(),
-                                  .world_size = world,
-                                  .rank = rank,
-                                  .batch_size = cfg.train.batch_size,
-                                  .seed = cfg.train.seed,
-                                  .drop_last = cfg.train.drop_last});
-      // The peak learning rate follows the world size when lr_schedule.scaling is linear.
-      LrSchedule schedule(cfg.train.optimizer, cfg.train.lr_schedule, world);
-      int64_t total_steps = state.step;
-      if (state.epoch < cfg.train.epochs) {
-        sampler.reset(state.epoch, state.consumed);
-        total_steps += sampler.steps_remaining() +
-                       (cfg.train.epochs - state.epoch - 1) * sampler.steps_per_epoch();
-      }
-      total_steps = std::min(total_steps, max_steps);
-
-      // Commit: add up the samples trained since the last commit and take a snapshot. Returns
-      // whether any rank saw a request for the next membership epoch, which every rank then
-      // leaves together (after this step's checkpoint, if it has one).
-      EpochCount pending;
-      int64_t pending_epoch = state.epoch;
-      auto commit = [&](bool may_switch) {
-        double v[4] = {pending.samples, pending.id_sum, pending.id_sq_sum,
-                       ctx.agent.change_requested() ? 1.0 : 0.0};
-        comm.allreduce(Buffer{DType::F64, v, 4}, {.op = comm::ReduceOp::Sum})->wait();
-        if (state.counts.size() <= static_cast<size_t>(pending_epoch)) {
-          state.counts.resize(static_cast<size_t>(pending_epoch) + 1);
-        }
-        auto& c = state.counts[static_cast<size_t>(pending_epoch)];
-        c.samples += v[0];
-        c.id_sum += v[1];
-        c.id_sq_sum += v[2];
-        pending = {};
-        pending_epoch = state.epoch;
-        take_snapshot(world);
-        return may_switch && v[3] > 0;
-      };
-
-      auto t_window = Clock::now();
-      int64_t window_steps = 0, window_samples = 0, window_correct = 0, window_seen = 0;
-      double window_loss = 0;
-      auto bytes_now = [&] { return bytes_before + comm.stats().bytes_sent - bytes_at_connect; };
-      status.maybe_report("training", state.step, total_steps, state.epoch, bytes_now(), true);
-      while (state.epoch < cfg.train.epochs && state.step < max_steps && !reached) {
-        sampler.reset(state.epoch, state.consumed);
-        pending_epoch = state.epoch;
-        bool epoch_end = false;
-        while (!epoch_end && state.step < max_steps && !reached) {
-          phase(state.step + 1, comm::Phase::Data);
-          faults.at_step(state.step, &comm);
-          auto t0 = Clock::now();
-          if (!t_train) t_train = t0;
-          auto batch = sampler.next();
-          if (!batch) break;
-          auto [x, y] = train_set.batch(batch->indices);
-          auto t1 = Clock::now();
-          data_s += std::chrono::duration<double>(t1 - t0).count();
-
-          phase(state.step + 1, comm::Phase::Forward);
-          if (double slow = faults.slowdown(state.step); slow > 0) {
-            std::this_thread::sleep_for(std::chrono::duration<double>(slow));
-          }
-
-          set_learning_rate(*optimizer, schedule.at(state.step));
-          optimizer->zero_grad();
-          auto logits = model->forward(x);
-          auto loss_sum = torch::nn::functional::cross_entropy(
-              logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-          // DDP averages over ranks: scale so the result is the mean over the global batch.
-          auto loss =
-              loss_sum * (static_cast<double>(world) / static_cast<double>(batch->global_batch));
-          const ddp::DdpStats before = ddp.stats();
-          const comm::CollectiveTotals coll_before = recorder.totals();
-          phase(state.step + 1, comm::Phase::Backward);
-          ddp.backward(loss);
-          const int64_t synced_us = comm::now_us();
-          const comm::CollectiveTotals coll = recorder.totals();
-          phase(state.step + 1, comm::Phase::Optimizer);
-          optimizer->step();
-          const double waited = ddp.stats().wait_seconds - before.wait_seconds;
-          const double step_data = std::chrono::duration<double>(t1 - t0).count();
-          const double step_compute = seconds_since(t1) - waited;
-          grad_sent += ddp.stats().bytes_sent - before.bytes_sent;
-          grad_received += ddp.stats().bytes_received - before.bytes_received;
-          grad_uncompressed += ddp.stats().uncompressed_bytes - before.uncompressed_bytes;
-          compute_s += step_compute;
-          comm_s += waited;
-          if (step_log) {
-            step_log->append({.step = state.step + 1,
-                              .epoch = membership.epoch,
-                              .world = world,
-                              .end_us = comm::now_us(),
-                              .data_s = step_data,
-                              .compute_s = step_compute,
-                              .sync_s = waited,
-                              .ready_us = synced_us - static_cast<int64_t>(waited * 1e6),
-                              .sent_bytes = coll.sent_bytes - coll_before.sent_bytes,
-                              .collective_us = coll.active_us - coll_before.active_us,
-                              .collective_wait_us = coll.wait_us - coll_before.wait_us});
-          }
-          window_correct += logits.argmax(1).eq(y).sum().item<int64_t>();
-          window_seen += static_cast<int64_t>(batch->indices.size());
-
-          ++state.step;
-          if (cfg.debug.check_params_every > 0 && state.step % cfg.debug.check_params_every == 0) {
-            ddp.check_parameters("step " + std::to_string(state.step));
-          }
-          const auto n = static_cast<int64_t>(batch->indices.size());
-          samples += n;
-          for (int64_t i : batch->indices) {
-            const auto d = static_cast<double>(i);
-            pending.samples += 1;
-            pending.id_sum += d;
-            pending.id_sq_sum += d * d;
-          }
-          if (n > 0) last_loss = loss_sum.item<double>() / static_cast<double>(n);
-          window_loss += last_loss;
-          ++window_steps;
-          window_samples += batch->global_batch;
-          log::set_step(state.step);
-          recovery_done();
-          status.step(state.step, step_data, step_compute, waited, n);
-          status.maybe_report("training", state.step, total_steps, state.epoch, bytes_now());
-
-          epoch_end = sampler.steps_remaining() == 0;
-          state.epoch = epoch_end ? state.epoch + 1 : state.epoch;
-          state.consumed = epoch_end ? 0 : sampler.consumed();
-          const bool evaluate_now =
-              cfg.train.eval_every_steps > 0 && state.step % cfg.train.eval_every_steps == 0;
-          if (evaluate_now) {
-            phase(state.step, comm::Phase::Evaluate);
-            auto t_eval = Clock::now();
-            newest_eval.emplace(state.step, evaluate(*model, test_set, comm));
-            const auto spent = Clock::now() - t_eval;
-            eval_s += std::chrono::duration<double>(spent).count();
-            t_window += spent;
-            // Every rank has the same allreduced accuracy, so all of them stop at the same step.
-            reached = cfg.train.stop_at_accuracy > 0 &&
-                      newest_eval->second.accuracy >= cfg.train.stop_at_accuracy;
-          }
-          const bool last = state.step >= total_steps || state.epoch >= cfg.train.epochs || reached;
-          if (rank == 0 && ctx.report_progress &&
-              (state.step % cfg.train.log_every_steps == 0 || last || epoch_end || evaluate_now)) {
-            double dt = seconds_since(t_window);
-            double accuracy =
-                window_seen > 0 ? static_cast<double>(window_correct) / window_seen : 0;
-            json record{{"step", state.step},
-                        {"total_steps", total_steps},
-                        {"epoch", pending_epoch},
-                        {"epochs", cfg.train.epochs},
-                        {"loss", window_loss / window_steps},
-                        {"accuracy", accuracy},
-                        {"lr", learning_rate(*optimizer)},
-                        {"samples_per_sec", dt > 0 ? window_samples / dt : 0.0},
-                        {"steps_per_sec", dt > 0 ? window_steps / dt : 0.0},
-                        {"world_size", world},
-                        {"time", wall_seconds()}};
-            if (evaluate_now) {
-              record["test_accuracy"] = newest_eval->second.accuracy;
-              record["test_loss"] = newest_eval->second.loss;
-              record["train_seconds"] = train_seconds();
-            }
-            ctx.report_progress(record);
-            t_window = Clock::now();
-            window_steps = window_samples = window_correct = window_seen = 0;
-            window_loss = 0;
-          }
-          bool leave_epoch = false;
-          if (epoch_end || last || state.step >= max_steps || state.step % snapshot_every == 0) {
-            count_bytes();
-            leave_epoch = commit(/*may_switch=*/!last);
-          }
-          if (cfg.checkpoint.every_steps > 0 && state.step % cfg.checkpoint.every_steps == 0) {
-            save_checkpoint_now(/*write=*/true);
-          }
-          if (leave_epoch) throw MembershipSwitch{};
-        }
-      }
-      train_s = train_seconds();
-      // The last step's, unless it has one already; not written when nothing was trained since
-      // the resume (resumed_from is the original workers' alone, so it decides only the write).
-      if (cfg.checkpoint.every_steps > 0 && state.step % cfg.checkpoint.every_steps != 0) {
-        save_checkpoint_now(/*write=*/state.step > resumed_from);
-      }
-
-      status.maybe_report("evaluating", state.step, total_steps, state.epoch, bytes_now(), true);
-      phase(state.step, comm::Phase::Evaluate);
-      Evaluation ev = newest_eval && newest_eval->first == state.step
-                          ? newest_eval->second
-                          : evaluate(*model, test_set, comm);
-      phase(state.step, comm::Phase::Done);
-      recovery_done();
-      count_bytes();
-      json epoch_samples = json::array();
-      for (size_t e = 0; e < state.counts.size(); ++e) {
-        epoch_samples.push_back({{"epoch", e},
-                                 {"samples", state.counts[e].samples},
-                                 {"id_sum", state.counts[e].id_sum},
-                                 {"id_sq_sum", state.counts[e].id_sq_sum}});
-      }
-      return json{
-          {"rank", rank},
-          {"job_rank", job_rank},
-          {"membership_epoch", membership.epoch},
-          {"world_size", world},
-          {"steps", state.step},
-          // Epochs trained: whole ones plus the part of the current one.
-          {"epochs", static_cast<double>(state.epoch) + static_cast<double>(state.consumed) /
-                                                            static_cast<double>(train_set.size())},
-          {"samples", samples},
-          {"train_seconds", train_s},
-          {"compute_seconds", compute_s},
-          {"comm_seconds", comm_s},
-          {"data_seconds", data_s},
-          {"snapshot_seconds", snapshot_s},
-          {"eval_seconds", eval_s},
-          {"comm_bytes", comm_bytes},
-          // Gradient exchange only: what went on the wire, and what an uncompressed f32 ring
-          // allreduce of the same buckets would have sent.
-          {"grad_bytes_sent", grad_sent},
-          {"grad_bytes_received", grad_received},
-          {"grad_bytes_uncompressed", grad_uncompressed},
-          {"compression", cfg.comm.compression},
-          // The transport probe at start-up (trace/step_log.h; 0: none).
-          {"probe_bytes", probe ? probe->probe_bytes : 0},
-          {"probe_busbw_gbps", probe ? probe->probe_busbw_gbps : 0.0},
-          {"test_accuracy", ev.accuracy},
-          {"test_loss", ev.loss},
-          {"final_loss", last_loss},
-          {"parameter_digest", ddp.parameter_digest()},
-          {"buffer_digest", ddp.buffer_digest()},
-          {"resumed_from_step", resumed_from},
-          {"restores", restores},
-          {"epoch_samples", epoch_samples}};
+      return run_epoch();
     } catch (const MembershipSwitch&) {
       leave_reason = "";  // a graceful switch: nothing in flight
-      spdlog::info("leaving membership epoch {} at step {}: a worker joins", membership.epoch,
-                   state.step);
+      spdlog::info("leaving membership epoch {} at step {}: a worker joins", membership_.epoch,
+                   state_.step);
     } catch (const Error& e) {
       if (!is_membership_failure(e)) throw;
       leave_reason = e.what();
-      spdlog::warn("leaving membership epoch {} at step {}: {}", membership.epoch, state.step,
+      spdlog::warn("leaving membership epoch {} at step {}: {}", membership_.epoch, state_.step,
                    e.what());
     }
-    ctx.agent.disconnect(leave_reason);
-    membership = ctx.agent.rejoin(
-        membership,
-        {{"step", state.step}, {"snapshot_step", have_state ? snapshots.back().state.step : -1}});
+    ctx_.agent.disconnect(leave_reason);
+    membership_ = ctx_.agent.rejoin(
+        membership_, {{"step", state_.step},
+                      {"snapshot_step", have_state_ ? snapshots_.newest().state.step : -1}});
   }
+}
+
+void Trainer::start_tracing() {
+  if (!cfg_.trace.enabled || tracer_ || ctx_.run_dir.empty()) return;
+  tracer_ = std::make_unique<trace::Tracer>(
+      trace::TracerOptions{.path = (std::filesystem::path(ctx_.run_dir) / "trace" /
+                                    ("rank-" + std::to_string(job_rank_) + ".json"))
+                                       .string(),
+                           .rank = job_rank_,
+                           .max_pending = static_cast<size_t>(cfg_.trace.max_pending_events),
+                           .clock_offset_us = clock_offset_us_});
+  recorder_.set_observer(tracer_.get());
+}
+
+json Trainer::run_epoch() {
+  comm::Communicator& comm = ctx_.agent.connect(membership_);
+  log::set_context(job_rank_, membership_.epoch, state_.step);
+  // Clock offsets are measured by the workers of the start together; a replacement that joins
+  // later keeps its own clock.
+  if (fresh_start_ && membership_.epoch == 0) clock_offset_us_ = trace::measure_clock_offset(comm);
+  start_tracing();
+  ddp::DistributedDataParallel ddp(
+      model_, comm,
+      {.bucket_bytes = static_cast<size_t>(cfg_.comm.bucket_mb * (1 << 20)),
+       .algorithm = comm::parse_algorithm(cfg_.comm.algorithm),
+       .broadcast_on_construct = false,
+       .buffers = ddp::parse_buffer_sync(cfg_.comm.buffers),
+       .compression = compression_options(cfg_),
+       .on_bucket_ready = [this](size_t bucket, size_t bytes) {
+         if (tracer_) tracer_->instant("bucket " + std::to_string(bucket) + " ready", bytes);
+       }});
+  std::unique_ptr<SyncMode> mode =
+      make_sync_mode({.config = cfg_,
+                      .model = *model_,
+                      .optimizer = *optimizer_,
+                      .ddp = ddp,
+                      .phase = [this](comm::Phase p) { phase(state_.step + 1, p); }});
+  mode_ = mode.get();
+  struct ModeGuard {
+    SyncMode*& m;
+    ~ModeGuard() { m = nullptr; }
+  } mode_guard{mode_};
+  Epoch e{.comm = comm,
+          .rank = comm.rank(),
+          .world = comm.size(),
+          .ddp = ddp,
+          .mode = *mode,
+          .bytes_before = comm_bytes_,
+          .bytes_at_connect = comm.stats().bytes_sent};
+  if (fresh_start_) {
+    start_fresh(e);
+  } else {
+    restore(e);
+  }
+  // Compression warm-up counts training steps: a resumed job does not warm up again.
+  ddp.set_step(state_.step);
+  plan_epoch(e);
+
+  status_.maybe_report("training", state_.step, e.total_steps, state_.epoch, e.bytes_now(), true);
+  while (state_.epoch < cfg_.train.epochs && state_.step < max_steps_ && !reached_) {
+    e.sampler->reset(state_.epoch, state_.consumed);
+    e.pending_epoch = state_.epoch;
+    bool epoch_end = false;
+    while (!epoch_end && state_.step < max_steps_ && !reached_) {
+      phase(state_.step + 1, comm::Phase::Data);
+      faults_.at_step(state_.step, &comm);
+      auto t0 = Clock::now();
+      if (!t_train_) t_train_ = t0;
+      auto batch = e.sampler->next();
+      if (!batch) break;
+      train_step(e, *batch, t0);
+      epoch_end = e.sampler->steps_remaining() == 0;
+      state_.epoch = epoch_end ? state_.epoch + 1 : state_.epoch;
+      state_.consumed = epoch_end ? 0 : e.sampler->consumed();
+      if (after_step(e, epoch_end)) throw MembershipSwitch{};
+    }
+  }
+  train_s_ = train_seconds();
+  // The last step's, unless it has one already; not written when nothing was trained since the
+  // resume (resumed_from_ is the original workers' alone, so it decides only the write).
+  if (cfg_.checkpoint.every_steps > 0 && state_.step % cfg_.checkpoint.every_steps != 0) {
+    save_checkpoint_now(e, /*write=*/state_.step > resumed_from_);
+  }
+  status_.maybe_report("evaluating", state_.step, e.total_steps, state_.epoch, e.bytes_now(), true);
+  mode->synchronize();
+  phase(state_.step, comm::Phase::Evaluate);
+  const Evaluation ev = newest_eval_ && newest_eval_->first == state_.step
+                            ? newest_eval_->second
+                            : evaluate(*model_, test_set_, comm);
+  phase(state_.step, comm::Phase::Done);
+  recovery_done(e);
+  comm_bytes_ = e.bytes_now();
+  return summary(e, ev);
+}
+
+void Trainer::start_fresh(Epoch& e) {
+  fresh_start_ = false;
+  e.ddp.broadcast_parameters(0);
+  const trace::RankHeader header =
+      probe_transport(e.comm, cfg_.debug.bandwidth_probe_mb,
+                      comm::parse_algorithm(cfg_.comm.algorithm), job_rank_, clock_offset_us_);
+  if (header.probe_bytes > 0) {
+    spdlog::info("transport probe: allreduce of {:.1f} MB in {:.2f} ms, {:.2f} GB/s bus bandwidth",
+                 static_cast<double>(header.probe_bytes) / 1e6, 1e3 * header.probe_seconds,
+                 header.probe_busbw_gbps);
+  }
+  probe_ = header;
+  if (step_log_) step_log_->header(header);
+  if (!ctx_.resume_from.empty()) resume_from_checkpoint(e);
+  take_snapshot(e.world);
+  have_state_ = true;
+}
+
+void Trainer::resume_from_checkpoint(Epoch& e) {
+  // Rank 0 picks and reads the checkpoint; every rank restores the same bytes.
+  std::string bytes, name;
+  if (e.rank == 0) {
+    CheckpointDir dir(ctx_.resume_from, cfg_.checkpoint.keep);
+    std::vector<std::string> skipped;
+    auto newest = dir.newest_valid(&skipped);  // logs each corrupt checkpoint it skips
+    if (!newest) {
+      throw Error("no valid checkpoint to resume from in " + ctx_.resume_from +
+                  (skipped.empty() ? ""
+                                   : " (" + std::to_string(skipped.size()) +
+                                         " corrupt: " + skipped.front() + ")"));
+    }
+    name = newest->path.string();
+    bytes = read_file(newest->path);
+    if (ctx_.report_event) {
+      ctx_.report_event({{"event", "resumed_from_checkpoint"},
+                         {"path", name},
+                         {"step", newest->step},
+                         {"skipped", skipped}});
+    }
+  }
+  name = e.ddp.broadcast_bytes(name);
+  bytes = e.ddp.broadcast_bytes(bytes);
+  CheckpointExtras extras;
+  CheckpointMeta pos = decode_checkpoint(bytes, name, *model_, optimizer_.get(), true, &extras);
+  restore_codec_state(e.ddp, extras.codec_states, e.rank, e.world, name);
+  e.mode.load_state(extras.sync_state);
+  state_.step = resumed_from_ = pos.step;
+  state_.epoch = pos.epoch;
+  state_.consumed = pos.consumed;
+  spdlog::info("resumed from {} at step {} (epoch {}, {} samples consumed)", name, pos.step,
+               pos.epoch, pos.consumed);
+}
+
+void Trainer::restore(Epoch& e) {
+  if (step_log_ && !probe_) {
+    probe_ = trace::RankHeader{.rank = job_rank_, .world = e.world};
+    step_log_->header(*probe_);
+  }
+  // Agree on the newest snapshot every rank that has state holds, and who sends it to the ranks
+  // without: min over ranks of (newest snapshot, -steps reached, -needs state, rank).
+  constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
+  int64_t v[4] = {have_state_ ? snapshots_.newest().state.step : kNone, -state_.step,
+                  have_state_ ? 0 : -1, have_state_ ? e.rank : kNone};
+  e.comm.allreduce(Buffer{DType::I64, v, 4}, {.op = comm::ReduceOp::Min})->wait();
+  if (v[0] == kNone) {
+    throw Error("membership epoch " + std::to_string(membership_.epoch) +
+                ": no member holds the training state (every worker that had it was lost)");
+  }
+  e.restored_step = v[0];
+  const int root = static_cast<int>(v[3]);
+  std::string bytes, state_json;
+  if (have_state_) {
+    const Snapshot* snap = snapshots_.find(e.restored_step);
+    if (!snap) {
+      throw Error("rank " + std::to_string(job_rank_) + " holds no snapshot of step " +
+                  std::to_string(e.restored_step) + " (its newest is of step " +
+                  std::to_string(snapshots_.newest().state.step) + ")");
+    }
+    bytes = snap->bytes;
+    state_json = snap->state.to_json().dump();
+  }
+  if (v[2] < 0) {
+    bytes = e.ddp.broadcast_bytes(e.rank == root ? bytes : std::string(), root);
+    state_json = e.ddp.broadcast_bytes(e.rank == root ? state_json : std::string(), root);
+  }
+  e.rolled_back = std::max<int64_t>(0, -v[1] - e.restored_step);
+  CheckpointExtras extras;
+  decode_checkpoint(bytes, "snapshot of step " + std::to_string(e.restored_step), *model_,
+                    optimizer_.get(), /*restore_rng=*/true, &extras);
+  e.mode.load_state(extras.sync_state);
+  state_ = TrainState::from_json(json::parse(state_json));
+  snapshots_.reset({state_, std::move(bytes)});
+  have_state_ = true;
+  ++restores_;
+  e.report_recovery = e.rank == 0;
+  spdlog::info(
+      "membership epoch {}: {} workers; restored the snapshot of step {} (epoch {}, {} samples "
+      "consumed), {} steps rolled back{}",
+      membership_.epoch, e.world, e.restored_step, state_.epoch, state_.consumed, e.rolled_back,
+      v[2] < 0 ? ", state sent by rank " + std::to_string(root) : "");
+}
+
+void Trainer::plan_epoch(Epoch& e) {
+  e.sampler.emplace(SamplerOptions{.dataset_size = train_set_.size(),
+                                   .world_size = e.world,
+                                   .rank = e.rank,
+                                   .batch_size = cfg_.train.batch_size,
+                                   .seed = cfg_.train.seed,
+                                   .drop_last = cfg_.train.drop_last});
+  // The peak learning rate follows the world size when lr_schedule.scaling is linear.
+  e.schedule.emplace(cfg_.train.optimizer, cfg_.train.lr_schedule, e.world);
+  e.total_steps = state_.step;
+  if (state_.epoch < cfg_.train.epochs) {
+    e.sampler->reset(state_.epoch, state_.consumed);
+    e.total_steps += e.sampler->steps_remaining() +
+                     (cfg_.train.epochs - state_.epoch - 1) * e.sampler->steps_per_epoch();
+  }
+  e.total_steps = std::min(e.total_steps, max_steps_);
+  e.pending_epoch = state_.epoch;
+  e.window = ProgressWindow();  // rates count from the first step of the epoch
+}
+
+void Trainer::recovery_done(Epoch& e) {
+  if (!e.report_recovery) return;
+  e.report_recovery = false;
+  ctx_.agent.report_recovered(membership_, {{"restored_step", e.restored_step},
+                                            {"steps_rolled_back", e.rolled_back},
+                                            {"step", state_.step},
+                                            {"time", wall_seconds()}});
+}
+
+void Trainer::train_step(Epoch& e, const Batch& batch, Clock::time_point t0) {
+  auto [x, y] = train_set_.batch(batch.indices);
+  const auto t1 = Clock::now();
+  const double step_data = std::chrono::duration<double>(t1 - t0).count();
+  data_s_ += step_data;
+
+  phase(state_.step + 1, comm::Phase::Forward);
+  set_learning_rate(*optimizer_, e.schedule->at(state_.step));
+  optimizer_->zero_grad();
+  auto logits = model_->forward(x);
+  auto loss_sum = torch::nn::functional::cross_entropy(
+      logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+  // DDP averages over ranks: scale so the result is the mean over the global batch.
+  auto loss = loss_sum * (static_cast<double>(e.world) / static_cast<double>(batch.global_batch));
+  const ddp::DdpStats before = e.ddp.stats();
+  const comm::CollectiveTotals coll_before = recorder_.totals();
+  const StepSync sync = e.mode.step(loss, state_.step);
+  const comm::CollectiveTotals coll = recorder_.totals();
+  const double waited = sync.wait_s;
+  double step_compute = seconds_since(t1) - waited;
+  // A slow worker (faults: slow, stragglers): its step takes longer, counted as compute.
+  if (double slow = faults_.slowdown(state_.step, step_data + step_compute); slow > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(slow));
+    step_compute += slow;
+  }
+  grad_sent_ += e.ddp.stats().bytes_sent - before.bytes_sent;
+  grad_received_ += e.ddp.stats().bytes_received - before.bytes_received;
+  grad_uncompressed_ += e.ddp.stats().uncompressed_bytes - before.uncompressed_bytes;
+  compute_s_ += step_compute;
+  comm_s_ += waited;
+  if (step_log_) {
+    step_log_->append({.step = state_.step + 1,
+                       .epoch = membership_.epoch,
+                       .world = e.world,
+                       .end_us = comm::now_us(),
+                       .data_s = step_data,
+                       .compute_s = step_compute,
+                       .sync_s = waited,
+                       .ready_us = sync.synced_us - static_cast<int64_t>(waited * 1e6),
+                       .sent_bytes = coll.sent_bytes - coll_before.sent_bytes,
+                       .collective_us = coll.active_us - coll_before.active_us,
+                       .collective_wait_us = coll.wait_us - coll_before.wait_us});
+  }
+  const auto n = static_cast<int64_t>(batch.indices.size());
+  const int64_t correct = logits.argmax(1).eq(y).sum().item<int64_t>();
+
+  ++state_.step;
+  if (cfg_.debug.check_params_every > 0 && state_.step % cfg_.debug.check_params_every == 0 &&
+      e.mode.replicas_agree()) {
+    e.ddp.check_parameters("step " + std::to_string(state_.step));
+  }
+  samples_ += n;
+  for (int64_t i : batch.indices) {
+    const auto d = static_cast<double>(i);
+    e.pending.samples += 1;
+    e.pending.id_sum += d;
+    e.pending.id_sq_sum += d * d;
+  }
+  if (n > 0) last_loss_ = loss_sum.item<double>() / static_cast<double>(n);
+  e.window.add(last_loss_, correct, n, batch.global_batch);
+  log::set_step(state_.step);
+  recovery_done(e);
+  status_.step(state_.step, step_data, step_compute, waited, n);
+  status_.maybe_report("training", state_.step, e.total_steps, state_.epoch, e.bytes_now());
+}
+
+// Evaluation, the progress record, the commit and the checkpoint that follow a step. Returns
+// whether every rank leaves the membership epoch (after this step's checkpoint, if it has one).
+bool Trainer::after_step(Epoch& e, bool epoch_end) {
+  const bool evaluate_now =
+      cfg_.train.eval_every_steps > 0 && state_.step % cfg_.train.eval_every_steps == 0;
+  if (evaluate_now) {
+    e.mode.synchronize();  // the model every replica has is the one evaluated
+    phase(state_.step, comm::Phase::Evaluate);
+    auto t_eval = Clock::now();
+    newest_eval_.emplace(state_.step, evaluate(*model_, test_set_, e.comm));
+    const auto spent = Clock::now() - t_eval;
+    eval_s_ += std::chrono::duration<double>(spent).count();
+    e.window.exclude(spent);
+    // Every rank has the same allreduced accuracy, so all of them stop at the same step.
+    reached_ = cfg_.train.stop_at_accuracy > 0 &&
+               newest_eval_->second.accuracy >= cfg_.train.stop_at_accuracy;
+  }
+  const bool last = state_.step >= e.total_steps || state_.epoch >= cfg_.train.epochs || reached_;
+  if (e.rank == 0 && ctx_.report_progress &&
+      (state_.step % cfg_.train.log_every_steps == 0 || last || epoch_end || evaluate_now)) {
+    json record = e.window.record(state_.step, e.total_steps, e.pending_epoch, cfg_.train.epochs,
+                                  learning_rate(*optimizer_), e.world);
+    if (evaluate_now) {
+      record["test_accuracy"] = newest_eval_->second.accuracy;
+      record["test_loss"] = newest_eval_->second.loss;
+      record["train_seconds"] = train_seconds();
+    }
+    ctx_.report_progress(record);
+  }
+  bool leave_epoch = false;
+  if (epoch_end || last || state_.step >= max_steps_ || e.mode.commit_due(state_.step)) {
+    e.mode.synchronize();  // a snapshot holds the model every replica has
+    comm_bytes_ = e.bytes_now();
+    leave_epoch = commit(e, /*may_switch=*/!last);
+  }
+  if (cfg_.checkpoint.every_steps > 0 && state_.step % cfg_.checkpoint.every_steps == 0) {
+    save_checkpoint_now(e, /*write=*/true);
+  }
+  return leave_epoch;
+}
+
+// Commit: add up the samples trained since the last commit and take a snapshot. Returns whether
+// any rank saw a request for the next membership epoch, which every rank then leaves together.
+bool Trainer::commit(Epoch& e, bool may_switch) {
+  double v[4] = {e.pending.samples, e.pending.id_sum, e.pending.id_sq_sum,
+                 ctx_.agent.change_requested() ? 1.0 : 0.0};
+  e.comm.allreduce(Buffer{DType::F64, v, 4}, {.op = comm::ReduceOp::Sum})->wait();
+  if (state_.counts.size() <= static_cast<size_t>(e.pending_epoch)) {
+    state_.counts.resize(static_cast<size_t>(e.pending_epoch) + 1);
+  }
+  auto& c = state_.counts[static_cast<size_t>(e.pending_epoch)];
+  c.samples += v[0];
+  c.id_sum += v[1];
+  c.id_sq_sum += v[2];
+  e.pending = {};
+  e.pending_epoch = state_.epoch;
+  take_snapshot(e.world);
+  return may_switch && v[3] > 0;
+}
+
+// A checkpoint of this step, written by rank 0. With gradient compression every rank's codec
+// state (residuals, PowerSGD's factors) goes with it, so that a resumed job continues exactly:
+// then every rank calls this at the same step. `write`: whether rank 0 writes it (every rank
+// gathers the codec states all the same, so that whether they take part depends only on the
+// step, which every rank shares).
+void Trainer::save_checkpoint_now(Epoch& e, bool write) {
+  e.mode.synchronize();  // a checkpoint holds the model every replica has
+  const bool compressed = compression_options(cfg_).method != compress::Method::None;
+  write = write && e.rank == 0 && checkpoints_;
+  if (!compressed && !write) return;
+  phase(state_.step, comm::Phase::Checkpoint);
+  auto t = Clock::now();
+  std::vector<std::string> codec_states;
+  if (compressed) codec_states = e.ddp.gather_bytes(e.ddp.codec_state());
+  if (!write) return;
+  auto path = checkpoints_->save(position(e.world), *model_, optimizer_.get(),
+                                 {.codec_states = codec_states, .sync_state = e.mode.save_state()});
+  spdlog::info("checkpoint {} written in {:.2f} s", path.string(), seconds_since(t));
+}
+
+json Trainer::summary(Epoch& e, const Evaluation& ev) {
+  json epoch_samples = json::array();
+  for (size_t i = 0; i < state_.counts.size(); ++i) {
+    epoch_samples.push_back({{"epoch", i},
+                             {"samples", state_.counts[i].samples},
+                             {"id_sum", state_.counts[i].id_sum},
+                             {"id_sq_sum", state_.counts[i].id_sq_sum}});
+  }
+  json s{{"rank", e.rank},
+         {"job_rank", job_rank_},
+         {"membership_epoch", membership_.epoch},
+         {"world_size", e.world},
+         {"steps", state_.step},
+         // Epochs trained: whole ones plus the part of the current one.
+         {"epochs", static_cast<double>(state_.epoch) + static_cast<double>(state_.consumed) /
+                                                            static_cast<double>(train_set_.size())},
+         {"samples", samples_},
+         {"train_seconds", train_s_},
+         {"compute_seconds", compute_s_},
+         {"comm_seconds", comm_s_},
+         {"data_seconds", data_s_},
+         {"snapshot_seconds", snapshot_s_},
+         {"eval_seconds", eval_s_},
+         {"comm_bytes", comm_bytes_},
+         // Gradient exchange only (model averaging in local SGD): what went on the wire, and what
+         // an uncompressed f32 ring allreduce of the same buckets would have sent.
+         {"grad_bytes_sent", grad_sent_},
+         {"grad_bytes_received", grad_received_},
+         {"grad_bytes_uncompressed", grad_uncompressed_},
+         {"compression", cfg_.comm.compression},
+         // The transport probe at start-up (trace/step_log.h; 0: none).
+         {"probe_bytes", probe_ ? probe_->probe_bytes : 0},
+         {"probe_busbw_gbps", probe_ ? probe_->probe_busbw_gbps : 0.0},
+         {"test_accuracy", ev.accuracy},
+         {"test_loss", ev.loss},
+         {"final_loss", last_loss_},
+         {"parameter_digest", e.ddp.parameter_digest()},
+         {"buffer_digest", e.ddp.buffer_digest()},
+         {"resumed_from_step", resumed_from_},
+         {"restores", restores_},
+         {"epoch_samples", epoch_samples},
+         {"sync_mode", sync_kind_name(cfg_.sync.mode)}};
+  s.update(e.mode.summary());
+  return s;
+}
+
+}  // namespace
+
+json train(TrainerContext& ctx) {
+  torch::set_num_threads(static_cast<int>(ctx.config.threads_per_worker));
+  if (ctx.recorder) ctx.recorder->set_activity(0, comm::Phase::Setup);
+  Trainer trainer(ctx);
+  return trainer.run();
 }
 
 }  // namespace cohort::train

@@ -1,15 +1,18 @@
 // The training loop of one rank: data-parallel SGD/Adam over DistributedDataParallel.
 //
-// Each step: this rank's batch from the DistributedSampler -> forward -> loss -> backward with
-// gradient buckets allreduced while backward runs -> optimizer step. The loss is the sum over this
+// Each step: this rank's batch from the DistributedSampler -> forward -> loss -> what the job's
+// synchronization mode does with it (sync_mode.h: in allreduce mode, backward with gradient
+// buckets allreduced while backward runs, then the optimizer step; in local SGD, a local step
+// and, every period, an average of the models). The loss is the sum over this
 // rank's samples divided by the global batch and multiplied by the world size, so that DDP's
 // average over ranks is exactly the mean over the global batch, even for the smaller last batch of
 // an epoch. Rank 0 reports progress every log_every_steps and writes checkpoints every
 // checkpoint.every_steps (and at the end); at the end every rank evaluates its share of the test
 // set and the counts are summed across ranks.
 //
-// Fault tolerance. Every elastic.snapshot_every_steps steps, at the end of every epoch and at the
-// end of training, the ranks commit: one small allreduce adds up the samples each rank trained on
+// Fault tolerance. Where the mode says (every elastic.snapshot_every_steps steps in allreduce mode,
+// at every average in local SGD), at the end of every epoch and at the end of training, the
+// ranks commit: one small allreduce adds up the samples each rank trained on
 // since the last commit (count, sum and sum of squares of their indices, per epoch) and says
 // whether any rank saw the coordinator ask for a new membership epoch; then every rank keeps an
 // in-memory snapshot of the state (model, optimizer, generator, sampler position, sample counts).

@@ -217,13 +217,16 @@ YAML::Node YamlReader::section(const YAML::Node& parent, const std::string& path
 }
 
 std::string YamlReader::suggest(std::string_view key, const std::string& section) const {
-  // The same key in exactly one other section is most likely a misplaced key.
-  std::vector<std::string> elsewhere;
+  // The same key in exactly one other section (or in exactly one section below this one) is most
+  // likely a misplaced key.
+  std::vector<std::string> elsewhere, below;
   for (const auto& [sec, keys] : *schema_) {
-    if (sec == section) continue;
-    if (std::find(keys.begin(), keys.end(), key) != keys.end()) elsewhere.push_back(join(sec, key));
+    if (sec == section || std::find(keys.begin(), keys.end(), key) == keys.end()) continue;
+    elsewhere.push_back(join(sec, key));
+    if (!section.empty() && sec.starts_with(section + ".")) below.push_back(elsewhere.back());
   }
   if (elsewhere.size() == 1) return "; did you mean '" + elsewhere.front() + "'?";
+  if (below.size() == 1) return "; did you mean '" + below.front() + "'?";
   const auto& allowed = schema_->at(section);
   if (auto m = closest_match(key, allowed)) return "; did you mean '" + *m + "'?";
   return "; valid keys: " + join_list(allowed);
