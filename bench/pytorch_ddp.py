@@ -147,9 +147,14 @@ def main():
                                                  start_localSGD_iter=args.local_sgd_warmup,
                                                  post_local_gradient_allreduce=False),
             post_localSGD_hook.post_localSGD_hook)
+        # The averager counts its calls from 0 and averages at call warmup_steps and every
+        # period after it: warmup_steps = W + H - 1 averages after steps W + H, W + 2H, ..., as
+        # Cohort's local_sgd does, so that evaluations every multiple of H see an averaged model
+        # in both.
         opt = PostLocalSGDOptimizer(
             optim=opt, averager=averagers.PeriodicModelAverager(
-                period=args.post_local_sgd, warmup_steps=args.local_sgd_warmup))
+                period=args.post_local_sgd,
+                warmup_steps=args.local_sgd_warmup + args.post_local_sgd - 1))
     sampler = torch.utils.data.distributed.DistributedSampler(
         range(len(y_train)), num_replicas=world, rank=rank, shuffle=True, seed=args.seed)
 

@@ -149,6 +149,59 @@ TEST(Diagnosis, DataAndComputeBoundAdvice) {
   EXPECT_EQ(compute.recommendations.size(), 1u);
 }
 
+// What local SGD would have made of the measured steps: with a persistent straggler only the
+// communication is saved; with stragglers that move between ranks, the waits average out too.
+TEST(Diagnosis, EstimatesWhatLocalSgdWouldChange) {
+  // Rank 1 computes 50 ms, the others 10 ms, 5 ms of exchange: 57 ms a step as run; per period
+  // of 8 local SGD takes the straggler's 8 x 52 ms plus one exchange: 52.6 ms a step.
+  auto persistent = diagnose_run(run(3, 32, 0.002, 0.010, 0.005, 1, 0.050), facts(), {});
+  ASSERT_TRUE(persistent.local_sgd);
+  EXPECT_EQ(persistent.local_sgd->steps, 32);
+  EXPECT_NEAR(persistent.local_sgd->measured_s, 0.057, 1e-5);
+  EXPECT_NEAR(persistent.local_sgd->local_sgd_s, 0.052 + 0.005 / 8, 1e-5);
+  EXPECT_FALSE(contains(persistent.recommendations, "sync.mode: local_sgd"))
+      << "a 1.08x estimate is not worth a change of mode: " << joined(persistent.recommendations);
+
+  // Communication-bound (6 ms of exchange after 4 ms of work): 10 ms a step, 4.75 ms with local
+  // SGD.
+  auto bound = diagnose_run(run(2, 24, 0.001, 0.003, 0.006), facts(), {});
+  ASSERT_TRUE(bound.local_sgd);
+  EXPECT_NEAR(bound.local_sgd->speedup(), 0.010 / (0.004 + 0.006 / 8), 1e-3);
+  EXPECT_TRUE(contains(bound.recommendations, "with sync.mode: local_sgd and sync.period: 8"))
+      << joined(bound.recommendations);
+  EXPECT_TRUE(contains(bound.recommendations, "4.8 ms per step instead of 10.0 ms (2.11x)"))
+      << joined(bound.recommendations);
+
+  // Transient stragglers: each step another rank is 40 ms slower; a period's busiest rank is
+  // slow one step in three, so local SGD waits far less than every step's slowest.
+  std::vector<RankSteps> moving = run(3, 24, 0.002, 0.010, 0.002);
+  for (auto& r : moving) {
+    for (auto& s : r.steps) {
+      if (s.step % 3 != r.rank) continue;
+      s.compute_s += 0.040;
+      s.ready_us += 40000;
+    }
+  }
+  for (size_t i = 0; i < moving[0].steps.size(); ++i) {  // everyone waits for that step's slowest
+    for (auto& r : moving) {
+      auto& s = r.steps[i];
+      s.sync_s = 0.052 - s.busy_s() + 0.002;
+    }
+  }
+  auto transient = diagnose_run(moving, facts(), {});
+  ASSERT_TRUE(transient.local_sgd);
+  EXPECT_NEAR(transient.local_sgd->measured_s, 0.054, 1e-5);
+  // Per period of 8 steps the busiest rank is slow on 3 of them: (8 x 12 + 3 x 40 + 2) / 8 ms.
+  EXPECT_NEAR(transient.local_sgd->local_sgd_s, (8 * 0.012 + 3 * 0.040 + 0.002) / 8, 1e-4);
+  EXPECT_TRUE(contains(transient.recommendations, "sync.mode: local_sgd"))
+      << joined(transient.recommendations);
+
+  // Not for a run that already uses local SGD.
+  JobFacts local = facts();
+  local.sync_mode = "local_sgd";
+  EXPECT_FALSE(diagnose_run(run(2, 24, 0.001, 0.003, 0.006), local, {}).local_sgd);
+}
+
 TEST(Diagnosis, FailedAndHungRunsLeadWithTheirCause) {
   RunOutcome o{.status = "failed", .error = "rank 1: a collective timed out"};
   o = read_hang_report(

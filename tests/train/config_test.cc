@@ -567,6 +567,10 @@ TEST(JobConfigSync, LocalSgdKeysRoundTrip) {
   EXPECT_EQ(c.sync.period, 4);
   EXPECT_EQ(c.sync.warmup_steps, 100);
   EXPECT_EQ(c.sync.outer_optimizer.name, OuterOptimizerKind::None);
+  EXPECT_FALSE(c.sync.balance);
+  EXPECT_EQ(parse_job_config(to_yaml(c), "resolved.yaml"), c);
+  c = parse_job_config("sync: {balance: auto}", "job.yaml");
+  EXPECT_TRUE(c.sync.balance);
   EXPECT_EQ(parse_job_config(to_yaml(c), "resolved.yaml"), c);
   c = parse_job_config(
       "sync:\n  mode: local_sgd\n  outer_optimizer: {name: nesterov, lr: 0.5, momentum: 0.8}\n",
@@ -583,6 +587,8 @@ TEST(JobConfigSync, ErrorsNameTheKey) {
   EXPECT_EQ(error_of("sync: {mode: local-sgd}"),
             "job.yaml:1:14: sync.mode: expected one of allreduce, local_sgd, got \"local-sgd\"; "
             "did you mean 'local_sgd'?");
+  EXPECT_EQ(error_of("sync: {balance: yes}"),
+            "job.yaml:1:17: sync.balance: expected one of off, auto, got \"yes\"");
   EXPECT_EQ(error_of("sync: {period: 4}"),
             "job.yaml:1:16: sync.period: does not apply when sync.mode is allreduce (only to "
             "local_sgd)");

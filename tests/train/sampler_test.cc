@@ -90,6 +90,27 @@ TEST(DistributedSampler, TailIsSplitEvenly) {
   for (auto& r : ranks) EXPECT_FALSE(r.next().has_value());
 }
 
+// sync.balance: shares follow the weights, the slices still tile every global batch, and the
+// epoch still uses every sample once, also when the shares change mid-epoch.
+TEST(DistributedSampler, SharesSplitEachGlobalBatchByWeight) {
+  auto ranks = world(1000, 3, 10);
+  for (auto& r : ranks) r.set_shares({1, 1, 1});
+  EXPECT_EQ(ranks[0].slice_counts(30), (std::vector<int64_t>{10, 10, 10}));
+  EXPECT_EQ(ranks[0].slice_counts(4), (std::vector<int64_t>{2, 1, 1}));  // as without shares
+  for (auto& r : ranks) r.set_shares({2, 1, 0.5});  // rank 2 is 4x slower than rank 0
+  EXPECT_EQ(ranks[0].slice_counts(30), (std::vector<int64_t>{17, 9, 4}));
+  EXPECT_EQ(ranks[0].slice_counts(3), (std::vector<int64_t>{1, 1, 1}));  // one sample each
+  std::vector<int64_t> taken = run(ranks, 10);
+  for (auto& r : ranks) r.set_shares({1, 5, 1});
+  std::vector<int64_t> rest = run(ranks);
+  taken.insert(taken.end(), rest.begin(), rest.end());
+  std::sort(taken.begin(), taken.end());
+  EXPECT_EQ(taken, iota(1000));
+  EXPECT_EQ(ranks[0].steps_per_epoch(), 34);
+  EXPECT_THROW(ranks[0].set_shares({1, 1}), Error);
+  EXPECT_THROW(ranks[0].set_shares({1, 0, 1}), Error);
+}
+
 TEST(DistributedSampler, DropLastKeepsOnlyFullBatches) {
   auto ranks = world(100, 3, 8, 5, /*drop_last=*/true);
   EXPECT_EQ(ranks[0].steps_per_epoch(), 4);  // 100 / 24

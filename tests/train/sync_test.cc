@@ -166,5 +166,33 @@ TEST(SyncModes, LocalSgdLosesAtMostThePeriodWhenAWorkerDies) {
   fs::remove_all(dir);
 }
 
+// sync.balance: auto with a worker that is three times slower than it is: its share of the
+// global batch falls to about a third of the other's, every sample of the epoch is still trained
+// on once, and the replicas still agree.
+TEST(SyncModes, BalanceGivesAPersistentStragglerASmallerShare) {
+  const fs::path dir = e2e::fresh_dir("sync", "balance");
+  const std::string cmd = std::string(COHORT_BINARY) + " run " + COHORT_SOURCE_DIR +
+                          "/examples/fashion-mlp.yaml --run-dir " + dir.string() +
+                          " --set workers=2 --set train.epochs=1 --set checkpoint.every_steps=0"
+                          " --set sync.balance=auto"
+                          " --set 'faults=[{kind: slow, rank: 1, at_step: 0, factor: 3}]'";
+  const e2e::Result r = e2e::sh(cmd, 300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json s = read_json(dir / "summary.json");
+  ASSERT_EQ(s["per_rank"].size(), 2u) << s.dump(2);
+  const json& fast = s["per_rank"][0];
+  const json& slow = s["per_rank"][1];
+  EXPECT_LT(slow["balance_shares"][1].get<double>(), 0.42) << s.dump(2);
+  EXPECT_EQ(slow["balance_shares"], fast["balance_shares"]);
+  EXPECT_LT(slow["samples"].get<double>(), 0.75 * fast["samples"].get<double>()) << s.dump(2);
+  const double n = 60000;
+  EXPECT_EQ(s["epoch_samples"][0]["samples"].get<double>(), n);
+  EXPECT_EQ(s["epoch_samples"][0]["id_sum"].get<double>(), n * (n - 1) / 2);
+  EXPECT_EQ(s["epoch_samples"][0]["id_sq_sum"].get<double>(), (n - 1) * n * (2 * n - 1) / 6);
+  EXPECT_EQ(fast["parameter_digest"], slow["parameter_digest"]);
+  EXPECT_GE(s["test_accuracy"].get<double>(), 0.8) << s.dump(2);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace cohort::train

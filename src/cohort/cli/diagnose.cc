@@ -49,6 +49,7 @@ int diagnose_main(int argc, char** argv) {
       .compression = cfg.comm.compression,
       .bucket_mb = cfg.comm.bucket_mb,
       .algorithm = cfg.comm.algorithm,
+      .sync_mode = std::string(train::sync_kind_name(cfg.sync.mode)),
       .straggler = {.margin = cfg.debug.straggler_margin, .window = cfg.debug.straggler_window}};
   trace::RunOutcome outcome;
   if (fs::is_regular_file(dir / "summary.json")) {

@@ -12,9 +12,12 @@ using nlohmann::json;
 namespace {
 
 std::string strf(const char* f, auto... args) {
-  char buf[512];
-  std::snprintf(buf, sizeof(buf), f, args...);
-  return buf;
+  const int n = std::snprintf(nullptr, 0, f, args...);
+  if (n <= 0) return {};
+  std::string out(static_cast<size_t>(n) + 1, '\0');
+  std::snprintf(out.data(), out.size(), f, args...);
+  out.resize(static_cast<size_t>(n));
+  return out;
 }
 
 std::string pct(double share) {
@@ -41,6 +44,46 @@ json breakdown_json(const RankBreakdown& b) {
           {"bytes_per_step", b.bytes_per_step}};
 }
 
+// LocalSgdEstimate over the steps every rank reported (`common`: step -> each rank's record).
+std::optional<LocalSgdEstimate> estimate_local_sgd(
+    const std::map<int64_t, std::map<int, StepRecord>>& common, double comm_s, int64_t period) {
+  LocalSgdEstimate e{.period = period};
+  double measured = 0, estimated = 0;
+  std::vector<const std::map<int, StepRecord>*> window;
+  int prev_epoch = -1;
+  int64_t prev_step = -1;
+  auto close_window = [&] {
+    if (static_cast<int64_t>(window.size()) == period) {
+      std::map<int, double> busy;
+      for (const auto* step : window) {
+        double longest = 0;
+        for (const auto& [rank, rec] : *step) {
+          busy[rank] += rec.busy_s();
+          longest = std::max(longest, rec.step_s());
+        }
+        measured += longest;
+      }
+      double slowest = 0;
+      for (const auto& [rank, b] : busy) slowest = std::max(slowest, b);
+      estimated += slowest + comm_s;
+      e.steps += period;
+    }
+    window.clear();
+  };
+  for (const auto& [step, recs] : common) {
+    const int epoch = recs.begin()->second.epoch;
+    if (epoch != prev_epoch || step != prev_step + 1) close_window();
+    window.push_back(&recs);
+    if (static_cast<int64_t>(window.size()) == period) close_window();
+    prev_epoch = epoch;
+    prev_step = step;
+  }
+  if (e.steps == 0) return std::nullopt;
+  e.measured_s = measured / static_cast<double>(e.steps);
+  e.local_sgd_s = estimated / static_cast<double>(e.steps);
+  return e;
+}
+
 }  // namespace
 
 Diagnosis diagnose_run(const std::vector<RankSteps>& ranks, const JobFacts& job,
@@ -65,7 +108,8 @@ Diagnosis diagnose_run(const std::vector<RankSteps>& ranks, const JobFacts& job,
 
   // Wait for peers: at each step every rank of its world reported, the time between a rank's
   // gradients being ready and the last rank's, at most its sync time.
-  std::map<int, std::map<int64_t, double>> wait;  // rank -> step -> seconds
+  std::map<int, std::map<int64_t, double>> wait;        // rank -> step -> seconds
+  std::map<int64_t, std::map<int, StepRecord>> common;  // the steps every rank reported
   if (!by_rank.empty()) {
     for (const auto& [step, first] : by_rank.begin()->second) {
       int64_t last_ready = 0;
@@ -80,6 +124,7 @@ Diagnosis diagnose_run(const std::vector<RankSteps>& ranks, const JobFacts& job,
       ++d.common_steps;
       for (const auto& [rank, steps] : by_rank) {
         const StepRecord& s = steps.at(step);
+        common[step][rank] = s;
         const double w = static_cast<double>(last_ready - (s.ready_us + offsets[rank])) / 1e6;
         wait[rank][step] = std::clamp(w, 0.0, s.sync_s);
       }
@@ -141,6 +186,9 @@ Diagnosis diagnose_run(const std::vector<RankSteps>& ranks, const JobFacts& job,
     m.busbw_gbps = d.achieved_busbw_gbps;
   }
   d.stragglers = find_stragglers(busy, job.straggler);
+  if (job.sync_mode == "allreduce" && by_rank.size() > 1) {
+    d.local_sgd = estimate_local_sgd(common, d.mean.comm_s, 8);
+  }
 
   // Findings: the numbers, in words.
   const RankBreakdown& m = d.mean;
@@ -270,6 +318,20 @@ std::vector<std::string> recommendations(const Diagnosis& d) {
              "so the job scales well; more workers will add throughput",
              pct(compute).c_str()));
   }
+  if (const auto& e = d.local_sgd; e && e->speedup() >= 1.25 && (wait + comm) >= 0.2) {
+    out.push_back(strf(
+        "synchronising every step costs this run %s of each step (waiting %s, communicating %s): "
+        "with sync.mode: local_sgd and sync.period: %lld, its measured step times give "
+        "%.1f ms per step instead of %.1f ms (%.2fx), as every rank then waits for the others "
+        "and averages the model once per period; %s. Time to accuracy also depends on how local "
+        "SGD converges for this model, which the estimate does not know: compare with "
+        "train.eval_every_steps",
+        pct(wait + comm).c_str(), pct(wait).c_str(), pct(comm).c_str(),
+        static_cast<long long>(e->period), 1e3 * e->local_sgd_s, 1e3 * e->measured_s, e->speedup(),
+        d.stragglers.empty() ? "the slowest rank of each period sets its pace"
+                             : "a persistent straggler still sets the pace of every period, "
+                               "so only the communication is saved"));
+  }
   if (out.empty()) {
     out.push_back(strf("no single bottleneck: compute %s, data %s, waiting %s, communication %s",
                        pct(compute).c_str(), pct(data).c_str(), pct(wait).c_str(),
@@ -314,6 +376,12 @@ json Diagnosis::to_json() const {
       {"probe",
        {{"bytes", probe_bytes}, {"busbw_gbps", probe_busbw_gbps}, {"algorithm", probe_algorithm}}},
       {"stragglers", stragglers_json},
+      {"local_sgd_estimate", local_sgd ? json{{"period", local_sgd->period},
+                                              {"steps", local_sgd->steps},
+                                              {"measured_step_s", local_sgd->measured_s},
+                                              {"local_sgd_step_s", local_sgd->local_sgd_s},
+                                              {"speedup", local_sgd->speedup()}}
+                                       : json()},
       {"straggler_margin", job.straggler.margin},
       {"straggler_window", job.straggler.window},
       {"findings", findings},

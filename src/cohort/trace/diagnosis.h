@@ -41,7 +41,22 @@ struct JobFacts {
   std::string compression = "none";
   double bucket_mb = 25;
   std::string algorithm = "auto";
+  std::string sync_mode = "allreduce";  // sync.mode
   StragglerOptions straggler;
+};
+
+// What local SGD would have made of this run's measured steps (an allreduce run): every rank
+// waits for the others once per period instead of every step, and the model is averaged once per
+// period. Over each window of `period` steps every rank reported, the window takes the longest
+// rank's busy time (data and compute) summed over its steps, plus one exchange (the run's mean
+// communication per step: a model average moves what a gradient allreduce moves). Convergence is
+// not modelled.
+struct LocalSgdEstimate {
+  int64_t period = 8;
+  int64_t steps = 0;       // the steps of the windows
+  double measured_s = 0;   // their mean step time as run
+  double local_sgd_s = 0;  // the estimate per step
+  double speedup() const { return local_sgd_s > 0 ? measured_s / local_sgd_s : 0; }
 };
 
 // How the run ended (summary.json, hang-report.txt); all optional.
@@ -76,8 +91,9 @@ struct Diagnosis {
   uint64_t probe_bytes = 0;
   std::string probe_algorithm;
   std::vector<Straggler> stragglers;
-  std::vector<std::string> findings;         // one line each, the numbers
-  std::vector<std::string> recommendations;  // what to change
+  std::optional<LocalSgdEstimate> local_sgd;  // allreduce runs with enough common steps
+  std::vector<std::string> findings;          // one line each, the numbers
+  std::vector<std::string> recommendations;   // what to change
 
   nlohmann::json to_json() const;
   std::string text() const;

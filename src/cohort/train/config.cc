@@ -37,7 +37,7 @@ const Schema& schema() {
       {"comm.int8", {"chunk", "stochastic_rounding"}},
       {"comm.topk", {"ratio", "warmup_steps"}},
       {"comm.powersgd", {"rank", "warmup_steps"}},
-      {"sync", {"mode", "period", "warmup_steps", "outer_optimizer"}},
+      {"sync", {"mode", "balance", "period", "warmup_steps", "outer_optimizer"}},
       {"sync.outer_optimizer", {"name", "lr", "momentum"}},
       {"checkpoint", {"every_steps", "keep"}},
       {"elastic",
@@ -307,6 +307,7 @@ void read_sync(const YamlReader& r, const YAML::Node& root, SyncConfig& s) {
   if (auto v = r.get_choice(m, "sync.mode", names(kSyncKinds, sync_kind_name))) {
     s.mode = parse_enum(*v, kSyncKinds, sync_kind_name);
   }
+  if (auto v = r.get_choice(m, "sync.balance", {"off", "auto"})) s.balance = *v == "auto";
   if (s.mode != SyncKind::LocalSgd) {
     const std::string when = "when sync.mode is " + std::string(sync_kind_name(s.mode));
     for (const char* key : {"sync.period", "sync.warmup_steps", "sync.outer_optimizer"}) {

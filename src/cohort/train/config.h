@@ -116,8 +116,11 @@ struct OuterOptimizerConfig {
   double momentum = 0.9;
   bool operator==(const OuterOptimizerConfig&) const = default;
 };
+// balance (auto): each worker's share of the global batch follows its measured time per sample,
+// re-measured at every commit, so that a persistent straggler costs only its own share.
 struct SyncConfig {
   SyncKind mode = SyncKind::AllReduce;
+  bool balance = false;
   int64_t period = 8;
   int64_t warmup_steps = 0;
   OuterOptimizerConfig outer_optimizer;

@@ -86,6 +86,7 @@ std::string to_yaml(const JobConfig& c) {
   out << YAML::EndMap;
   out << YAML::Key << "sync" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "mode" << YAML::Value << std::string(sync_kind_name(c.sync.mode));
+  out << YAML::Key << "balance" << YAML::Value << (c.sync.balance ? "auto" : "off");
   if (c.sync.mode == SyncKind::LocalSgd) {
     out << YAML::Key << "period" << YAML::Value << c.sync.period;
     out << YAML::Key << "warmup_steps" << YAML::Value << c.sync.warmup_steps;

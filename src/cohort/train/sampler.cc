@@ -1,6 +1,7 @@
 #include "cohort/train/sampler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 
@@ -84,17 +85,63 @@ std::optional<Batch> DistributedSampler::next() {
   const int64_t left = opt_.dataset_size - consumed_;
   if (left <= 0 || (left < global && opt_.drop_last)) return std::nullopt;
   const int64_t take = std::min(left, global);
-  // Full global batch: B each. Tail of R: R / W each, and one more for the first R % W ranks.
-  const int64_t base = take / world;
-  const int64_t extra = take % world;
-  const int64_t r = opt_.rank;
-  const int64_t offset = consumed_ + r * base + std::min(r, extra);
-  const int64_t count = base + (r < extra ? 1 : 0);
+  const std::vector<int64_t> counts = slice_counts(take);
+  const auto r = static_cast<size_t>(opt_.rank);
+  int64_t offset = consumed_;
+  for (size_t q = 0; q < r; ++q) offset += counts[q];
+  const int64_t count = counts[r];
   Batch b{.indices = {}, .step = step_, .global_batch = take};
   b.indices.assign(perm_.begin() + offset, perm_.begin() + offset + count);
   consumed_ += take;
   ++step_;
   return b;
+}
+
+void DistributedSampler::set_shares(const std::vector<double>& weights) {
+  double sum = 0;
+  for (double w : weights) {
+    if (!(w > 0) || !std::isfinite(w)) {
+      throw Error("DistributedSampler: shares must be positive, got " + std::to_string(w));
+    }
+    sum += w;
+  }
+  if (weights.size() != static_cast<size_t>(opt_.world_size)) {
+    throw Error("DistributedSampler: " + std::to_string(weights.size()) + " shares for " +
+                std::to_string(opt_.world_size) + " ranks");
+  }
+  shares_.clear();
+  for (double w : weights) shares_.push_back(w / sum);
+}
+
+std::vector<int64_t> DistributedSampler::slice_counts(int64_t take) const {
+  const auto world = static_cast<size_t>(opt_.world_size);
+  std::vector<int64_t> counts(world, take / opt_.world_size);
+  std::vector<double> exact(world, static_cast<double>(take) / static_cast<double>(world));
+  if (!shares_.empty()) {
+    for (size_t r = 0; r < world; ++r) {
+      exact[r] = static_cast<double>(take) * shares_[r];
+      counts[r] = static_cast<int64_t>(std::floor(exact[r]));
+    }
+  }
+  int64_t given = 0;
+  for (int64_t c : counts) given += c;
+  // Largest remainder first; among equal remainders the lower rank.
+  std::vector<size_t> order(world);
+  for (size_t r = 0; r < world; ++r) order[r] = r;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return exact[a] - static_cast<double>(counts[a]) > exact[b] - static_cast<double>(counts[b]);
+  });
+  for (size_t i = 0; given < take; i = (i + 1) % world, ++given) ++counts[order[i]];
+  // Every rank one sample at least while there is one for each: from the largest slice.
+  if (take >= opt_.world_size) {
+    for (size_t r = 0; r < world; ++r) {
+      if (counts[r] > 0) continue;
+      auto largest = std::max_element(counts.begin(), counts.end());
+      --*largest;
+      ++counts[r];
+    }
+  }
+  return counts;
 }
 
 }  // namespace cohort::train

@@ -16,6 +16,13 @@
 //   up to W x B - 1 samples per epoch are skipped, different ones each epoch.
 // Nothing is ever repeated (no padding by wrap-around).
 //
+// Shares (sync.balance: auto). By default each rank's slice is an equal share of the global
+// batch. set_shares() gives rank r the fraction w_r / sum(w) of every global batch (the tail's
+// too) instead, rounded by largest remainder (ties to the lower rank) so that the slices still
+// tile the global batch, and at least one sample each while the batch has one per rank. Equal
+// weights give the equal split exactly. The global batch, the steps and the position do not
+// change, so every sample is still used exactly once.
+//
 // Position. The only state is (epoch, consumed): how many samples of the epoch's permutation
 // all ranks together have taken. It does not depend on the world size, so resuming - with the
 // same or a different number of ranks, even mid-epoch and with consumed not a multiple of the
@@ -53,6 +60,11 @@ class DistributedSampler {
   void reset(int64_t epoch, int64_t consumed = 0);
   // This rank's next batch, or nullopt at the end of the epoch.
   std::optional<Batch> next();
+  // Each rank's weight (world_size positive numbers; the same on every rank), from the next
+  // batch on, across reset(). Throws cohort::Error for another count or a weight <= 0.
+  void set_shares(const std::vector<double>& weights);
+  // How `take` samples of a global batch split over the ranks.
+  std::vector<int64_t> slice_counts(int64_t take) const;
 
   int64_t epoch() const { return epoch_; }
   // Samples of this epoch taken by all ranks so far: the value to store in a checkpoint.
@@ -74,6 +86,7 @@ class DistributedSampler {
   int64_t consumed_ = 0;
   int64_t step_ = 0;
   std::vector<int64_t> perm_;
+  std::vector<double> shares_;  // normalised weights; empty: equal shares
 };
 
 }  // namespace cohort::train

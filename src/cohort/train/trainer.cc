@@ -141,6 +141,11 @@ class Trainer {
     int64_t total_steps = 0;
     EpochCount pending = {};
     int64_t pending_epoch = 0;
+    // sync.balance: this rank's busy time (data and compute) and samples since the last commit,
+    // and the shares of the global batch in use (empty: equal).
+    double busy_s = 0;
+    int64_t busy_samples = 0;
+    std::vector<double> shares = {};
     ProgressWindow window = {};
     uint64_t bytes_now() const { return bytes_before + comm.stats().bytes_sent - bytes_at_connect; }
   };
@@ -160,6 +165,7 @@ class Trainer {
   void train_step(Epoch& e, const Batch& batch, Clock::time_point t0);
   bool after_step(Epoch& e, bool epoch_end);
   bool commit(Epoch& e, bool may_switch);
+  void rebalance(Epoch& e);
   void save_checkpoint_now(Epoch& e, bool write);
   void recovery_done(Epoch& e);
   json summary(Epoch& e, const Evaluation& ev);
@@ -569,6 +575,8 @@ void Trainer::train_step(Epoch& e, const Batch& batch, Clock::time_point t0) {
     e.ddp.check_parameters("step " + std::to_string(state_.step));
   }
   samples_ += n;
+  e.busy_s += step_data + step_compute;
+  e.busy_samples += n;
   for (int64_t i : batch.indices) {
     const auto d = static_cast<double>(i);
     e.pending.samples += 1;
@@ -640,7 +648,30 @@ bool Trainer::commit(Epoch& e, bool may_switch) {
   e.pending = {};
   e.pending_epoch = state_.epoch;
   take_snapshot(e.world);
+  if (cfg_.sync.balance) rebalance(e);
   return may_switch && v[3] > 0;
+}
+
+// sync.balance: every rank's time per sample since the last commit (one allreduce of a value per
+// rank), and shares of the global batch in inverse proportion, the same on every rank. A rank
+// that trained nothing since (a tail, a restore) keeps the shares as they are.
+void Trainer::rebalance(Epoch& e) {
+  std::vector<double> per_sample(static_cast<size_t>(e.world), 0.0);
+  if (e.busy_samples > 0) {
+    per_sample[static_cast<size_t>(e.rank)] = e.busy_s / static_cast<double>(e.busy_samples);
+  }
+  e.comm
+      .allreduce(Buffer{DType::F64, per_sample.data(), per_sample.size()},
+                 {.op = comm::ReduceOp::Sum})
+      ->wait();
+  e.busy_s = 0;
+  e.busy_samples = 0;
+  if (std::any_of(per_sample.begin(), per_sample.end(), [](double t) { return !(t > 0); })) {
+    return;
+  }
+  e.shares.clear();
+  for (double t : per_sample) e.shares.push_back(1.0 / t);
+  e.sampler->set_shares(e.shares);
 }
 
 // A checkpoint of this step, written by rank 0. With gradient compression every rank's codec
@@ -705,6 +736,13 @@ json Trainer::summary(Epoch& e, const Evaluation& ev) {
          {"restores", restores_},
          {"epoch_samples", epoch_samples},
          {"sync_mode", sync_kind_name(cfg_.sync.mode)}};
+  if (cfg_.sync.balance) {
+    double sum = 0;
+    for (double w : e.shares) sum += w;
+    json shares = json::array();
+    for (double w : e.shares) shares.push_back(w / sum);
+    s["balance_shares"] = shares;  // each rank's share of the global batch at the end
+  }
   s.update(e.mode.summary());
   return s;
 }
