@@ -116,8 +116,9 @@ struct OuterOptimizerConfig {
   double momentum = 0.9;
   bool operator==(const OuterOptimizerConfig&) const = default;
 };
-// balance (auto): each worker's share of the global batch follows its measured time per sample,
-// re-measured at every commit, so that a persistent straggler costs only its own share.
+// balance (auto): each worker's share of the global batch follows its measured speed (its busy
+// time per step, re-measured at every commit), so that a persistent straggler costs only its own
+// share.
 struct SyncConfig {
   SyncKind mode = SyncKind::AllReduce;
   bool balance = false;

@@ -141,10 +141,10 @@ class Trainer {
     int64_t total_steps = 0;
     EpochCount pending = {};
     int64_t pending_epoch = 0;
-    // sync.balance: this rank's busy time (data and compute) and samples since the last commit,
+    // sync.balance: this rank's busy time (data and compute) and steps since the last commit,
     // and the shares of the global batch in use (empty: equal).
     double busy_s = 0;
-    int64_t busy_samples = 0;
+    int64_t busy_steps = 0;
     std::vector<double> shares = {};
     ProgressWindow window = {};
     uint64_t bytes_now() const { return bytes_before + comm.stats().bytes_sent - bytes_at_connect; }
@@ -576,7 +576,7 @@ void Trainer::train_step(Epoch& e, const Batch& batch, Clock::time_point t0) {
   }
   samples_ += n;
   e.busy_s += step_data + step_compute;
-  e.busy_samples += n;
+  e.busy_steps += 1;
   for (int64_t i : batch.indices) {
     const auto d = static_cast<double>(i);
     e.pending.samples += 1;
@@ -652,25 +652,33 @@ bool Trainer::commit(Epoch& e, bool may_switch) {
   return may_switch && v[3] > 0;
 }
 
-// sync.balance: every rank's time per sample since the last commit (one allreduce of a value per
-// rank), and shares of the global batch in inverse proportion, the same on every rank. A rank
-// that trained nothing since (a tail, a restore) keeps the shares as they are.
+// sync.balance: every rank's busy time per step since the last commit (one allreduce of a value
+// per rank), and new shares that move each rank's busy time towards the mean: share x mean / own,
+// by at most a factor of 2 per commit. With a cost proportional to the samples this lands on
+// shares in proportion to speed at once; a fixed cost per step (which makes a small share's time
+// per sample look worse and would starve a slow rank if shares followed it) is converged on over
+// a few commits. The same numbers on every rank give the same shares.
 void Trainer::rebalance(Epoch& e) {
-  std::vector<double> per_sample(static_cast<size_t>(e.world), 0.0);
-  if (e.busy_samples > 0) {
-    per_sample[static_cast<size_t>(e.rank)] = e.busy_s / static_cast<double>(e.busy_samples);
+  const auto world = static_cast<size_t>(e.world);
+  std::vector<double> per_step(world, 0.0);
+  if (e.busy_steps > 0) {
+    per_step[static_cast<size_t>(e.rank)] = e.busy_s / static_cast<double>(e.busy_steps);
   }
   e.comm
-      .allreduce(Buffer{DType::F64, per_sample.data(), per_sample.size()},
-                 {.op = comm::ReduceOp::Sum})
+      .allreduce(Buffer{DType::F64, per_step.data(), per_step.size()}, {.op = comm::ReduceOp::Sum})
       ->wait();
   e.busy_s = 0;
-  e.busy_samples = 0;
-  if (std::any_of(per_sample.begin(), per_sample.end(), [](double t) { return !(t > 0); })) {
-    return;
+  e.busy_steps = 0;
+  if (std::any_of(per_step.begin(), per_step.end(), [](double t) { return !(t > 0); })) return;
+  double mean = 0;
+  for (double t : per_step) mean += t / static_cast<double>(world);
+  if (e.shares.size() != world) e.shares.assign(world, 1.0 / static_cast<double>(world));
+  double sum = 0;
+  for (size_t r = 0; r < world; ++r) {
+    e.shares[r] *= std::clamp(mean / per_step[r], 0.5, 2.0);
+    sum += e.shares[r];
   }
-  e.shares.clear();
-  for (double t : per_sample) e.shares.push_back(1.0 / t);
+  for (double& w : e.shares) w /= sum;
   e.sampler->set_shares(e.shares);
 }
 
@@ -736,13 +744,7 @@ json Trainer::summary(Epoch& e, const Evaluation& ev) {
          {"restores", restores_},
          {"epoch_samples", epoch_samples},
          {"sync_mode", sync_kind_name(cfg_.sync.mode)}};
-  if (cfg_.sync.balance) {
-    double sum = 0;
-    for (double w : e.shares) sum += w;
-    json shares = json::array();
-    for (double w : e.shares) shares.push_back(w / sum);
-    s["balance_shares"] = shares;  // each rank's share of the global batch at the end
-  }
+  if (cfg_.sync.balance) s["balance_shares"] = e.shares;  // each rank's share at the end
   s.update(e.mode.summary());
   return s;
 }
