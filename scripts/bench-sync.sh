@@ -192,6 +192,7 @@ report() {
     "$EPOCHS" "$CAP_S" <<'PY'
 import json, os, subprocess, sys, time
 from quiet_report import load_note
+from report_text import write_section
 results, output, elapsed, load_before, load_after, quiet_log, target, every, epochs, cap = sys.argv[1:11]
 BEGIN, END = "<!-- sync:begin -->", "<!-- sync:end -->"
 rows = [json.loads(l) for l in open(results) if l.strip()]
@@ -288,14 +289,7 @@ for regime in sorted({r["regime"] for r in rows}):
                                            else "met" if ratio > 1 else "not met")]
     lines.append("")
 lines.append(END)
-text = open(output).read() if os.path.exists(output) else "# Benchmarks\n"
-section = "\n".join(lines)
-if BEGIN in text and END in text:
-    text = text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
-else:
-    text = text.rstrip() + "\n\n" + section + "\n"
-open(output, "w").write(text)
-print(section)
+print(write_section(output, BEGIN, END, lines))
 PY
 }
 

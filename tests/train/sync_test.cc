@@ -62,6 +62,16 @@ Final final_state(const fs::path& dir) {
   return f;
 }
 
+// One epoch of Fashion-MNIST's 60000 examples, each trained on once: the count, the sum and the
+// sum of squares of the example indices are those of [0, 60000).
+void expect_one_epoch_each_sample_once(const json& s) {
+  const double n = 60000;
+  ASSERT_EQ(s["epoch_samples"].size(), 1u) << s.dump(2);
+  EXPECT_EQ(s["epoch_samples"][0]["samples"].get<double>(), n);
+  EXPECT_EQ(s["epoch_samples"][0]["id_sum"].get<double>(), n * (n - 1) / 2);
+  EXPECT_EQ(s["epoch_samples"][0]["id_sq_sum"].get<double>(), (n - 1) * n * (2 * n - 1) / 6);
+}
+
 // The largest |a - b| / (|a| + 1e-3) over every element of every parameter.
 double max_relative_difference(const Final& a, const Final& b) {
   double worst = 0;
@@ -141,12 +151,7 @@ TEST(SyncModes, LocalSgdLosesAtMostThePeriodWhenAWorkerDies) {
   const json s = read_json(dir / "summary.json");
   EXPECT_EQ(s["status"], "completed") << s.dump(2);
   EXPECT_EQ(s["restarts"], 1) << s.dump(2);
-  // Each example of the epoch once: count, sum and sum of squares of the indices.
-  const double n = 60000;
-  ASSERT_EQ(s["epoch_samples"].size(), 1u) << s.dump(2);
-  EXPECT_EQ(s["epoch_samples"][0]["samples"].get<double>(), n);
-  EXPECT_EQ(s["epoch_samples"][0]["id_sum"].get<double>(), n * (n - 1) / 2);
-  EXPECT_EQ(s["epoch_samples"][0]["id_sq_sum"].get<double>(), (n - 1) * n * (2 * n - 1) / 6);
+  expect_one_epoch_each_sample_once(s);
   for (const auto& rank : s["per_rank"]) {
     EXPECT_EQ(rank["parameter_digest"], s["per_rank"][0]["parameter_digest"]);
   }
@@ -185,10 +190,7 @@ TEST(SyncModes, BalanceGivesAPersistentStragglerASmallerShare) {
   EXPECT_LT(slow["balance_shares"][1].get<double>(), 0.42) << s.dump(2);
   EXPECT_EQ(slow["balance_shares"], fast["balance_shares"]);
   EXPECT_LT(slow["samples"].get<double>(), 0.75 * fast["samples"].get<double>()) << s.dump(2);
-  const double n = 60000;
-  EXPECT_EQ(s["epoch_samples"][0]["samples"].get<double>(), n);
-  EXPECT_EQ(s["epoch_samples"][0]["id_sum"].get<double>(), n * (n - 1) / 2);
-  EXPECT_EQ(s["epoch_samples"][0]["id_sq_sum"].get<double>(), (n - 1) * n * (2 * n - 1) / 6);
+  expect_one_epoch_each_sample_once(s);
   EXPECT_EQ(fast["parameter_digest"], slow["parameter_digest"]);
   EXPECT_GE(s["test_accuracy"].get<double>(), 0.8) << s.dump(2);
   fs::remove_all(dir);

@@ -1,234 +1,13 @@
 #include "cohort/train/trainer.h"
 
-#include <signal.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <filesystem>
-#include <limits>
-#include <optional>
-#include <set>
 #include <thread>
 
-#include "cohort/base/clock.h"
-#include "cohort/base/file.h"
-#include "cohort/base/log.h"
-#include "cohort/ddp/distributed_data_parallel.h"
-#include "cohort/trace/step_log.h"
-#include "cohort/trace/tracer.h"
-#include "cohort/train/checkpoint.h"
-#include "cohort/train/dataset.h"
-#include "cohort/train/evaluate.h"
-#include "cohort/train/faults.h"
-#include "cohort/train/models.h"
-#include "cohort/train/progress_window.h"
-#include "cohort/train/sampler.h"
-#include "cohort/train/schedule.h"
-#include "cohort/train/status_reporter.h"
-#include "cohort/train/sync_mode.h"
-#include "cohort/train/train_state.h"
+#include "cohort/train/trainer_impl.h"
 
-namespace cohort::train {
-
-using nlohmann::json;
-
+namespace cohort::train::detail {
 namespace {
-
-// Every rank leaves the membership epoch at a commit because a joiner waits to be admitted.
-struct MembershipSwitch {};
-
-// Errors after which the survivors meet again at the next membership epoch. Anything else (a bad
-// checkpoint, a bug) ends the worker.
-bool is_membership_failure(const std::exception& e) {
-  return dynamic_cast<const PeerLostError*>(&e) || dynamic_cast<const TimeoutError*>(&e) ||
-         dynamic_cast<const AbortedError*>(&e);
-}
-
-// The transport probe: an allreduce of `mb` MB timed `iterations` times after one warm-up, the
-// fastest kept. Every rank of the communicator calls it.
-trace::RankHeader probe_transport(comm::Communicator& comm, double mb, comm::Algorithm algorithm,
-                                  int job_rank, int64_t clock_offset_us) {
-  trace::RankHeader h{.rank = job_rank,
-                      .world = comm.size(),
-                      .clock_offset_us = clock_offset_us,
-                      .algorithm = std::string(comm::algorithm_name(algorithm))};
-  const auto count = static_cast<size_t>(mb * 1e6 / 4);
-  if (comm.size() < 2 || count == 0) return h;
-  std::vector<float> data(count, 1.0f);
-  constexpr int kIterations = 3;
-  double best = std::numeric_limits<double>::max();
-  for (int i = 0; i <= kIterations; ++i) {
-    auto t = Clock::now();
-    comm.allreduce(Buffer{DType::F32, data.data(), count},
-                   {.op = comm::ReduceOp::Sum, .algorithm = algorithm})
-        ->wait();
-    if (i > 0) best = std::min(best, seconds_since(t));
-  }
-  const double n = comm.size();
-  h.probe_bytes = count * 4;
-  h.probe_iterations = kIterations;
-  h.probe_seconds = best;
-  h.probe_busbw_gbps = static_cast<double>(h.probe_bytes) * 2 * (n - 1) / n / best / 1e9;
-  return h;
-}
-
-// The codec state this rank had when the checkpoint `name` was written, if it holds one for a
-// job of this world size (compression that resumes otherwise starts with empty residuals).
-void restore_codec_state(ddp::DistributedDataParallel& ddp,
-                         const std::vector<std::string>& codec_states, int rank, int world,
-                         const std::string& name) {
-  if (codec_states.empty()) return;
-  if (codec_states.size() != static_cast<size_t>(world)) {
-    spdlog::warn(
-        "{}: holds the codec state of {} ranks, this job has {}: compression starts "
-        "with empty residuals",
-        name, codec_states.size(), world);
-    return;
-  }
-  try {
-    ddp.load_codec_state(codec_states[static_cast<size_t>(rank)]);
-  } catch (const Error& e) {
-    spdlog::warn(
-        "{}: its codec state does not fit this job's compression ({}): compression "
-        "starts with empty residuals",
-        name, e.what());
-  }
-}
-
-}  // namespace
-
-static compress::CompressionOptions compression_options(const JobConfig& cfg) {
-  const CommConfig& c = cfg.comm;
-  return {.method = compress::parse_method(c.compression),
-          .error_feedback = c.error_feedback,
-          .int8_chunk = static_cast<size_t>(c.int8_chunk),
-          .int8_stochastic_rounding = c.int8_stochastic_rounding,
-          .topk_ratio = c.topk_ratio,
-          .topk_warmup_steps = c.topk_warmup_steps,
-          .powersgd_rank = static_cast<int>(c.powersgd_rank),
-          .powersgd_warmup_steps = c.powersgd_warmup_steps,
-          .min_bytes = static_cast<size_t>(c.compression_min_kb * 1024),
-          .seed = cfg.train.seed};
-}
-
-namespace {
-
-// One worker's training: what it keeps across membership epochs (the model, the optimizer, the
-// committed state and its snapshots, the totals of its summary) and the loop of one epoch, in
-// parts: start or restore, the steps, commits, checkpoints, evaluation and the summary.
-class Trainer {
- public:
-  explicit Trainer(TrainerContext& ctx);
-  ~Trainer() { recorder_.set_observer(nullptr); }  // before the tracer goes
-
-  // Trains until done; leaves and rejoins membership epochs when the membership changes.
-  json run();
-
- private:
-  // What one membership epoch holds: its communicator, DDP over it, the sync mode, the sampler
-  // for its world size and the samples trained since the last commit.
-  struct Epoch {
-    comm::Communicator& comm;
-    int rank, world;
-    ddp::DistributedDataParallel& ddp;
-    SyncMode& mode;
-    uint64_t bytes_before, bytes_at_connect;  // comm_bytes_ and the communicator's count at start
-    bool report_recovery = false;
-    int64_t restored_step = 0, rolled_back = 0;
-    std::optional<DistributedSampler> sampler = {};
-    std::optional<LrSchedule> schedule = {};
-    int64_t total_steps = 0;
-    EpochCount pending = {};
-    int64_t pending_epoch = 0;
-    // sync.balance: this rank's busy time (data and compute) and steps since the last commit,
-    // and the shares of the global batch in use (empty: equal).
-    double busy_s = 0;
-    int64_t busy_steps = 0;
-    std::vector<double> shares = {};
-    ProgressWindow window = {};
-    uint64_t bytes_now() const { return bytes_before + comm.stats().bytes_sent - bytes_at_connect; }
-  };
-
-  // One membership epoch, to the end of training (returns the summary) or to a membership change
-  // (throws MembershipSwitch or a membership failure).
-  json run_epoch();
-  void start_tracing();
-  // The first epoch of the workers of the start: the initial broadcast, the transport probe and,
-  // when resuming, the checkpoint.
-  void start_fresh(Epoch& e);
-  void resume_from_checkpoint(Epoch& e);
-  // A later epoch: agree on the newest snapshot every rank holds and restore it.
-  void restore(Epoch& e);
-  void plan_epoch(Epoch& e);
-  // One step of `batch`, whose data time started at t0.
-  void train_step(Epoch& e, const Batch& batch, Clock::time_point t0);
-  bool after_step(Epoch& e, bool epoch_end);
-  bool commit(Epoch& e, bool may_switch);
-  void rebalance(Epoch& e);
-  void save_checkpoint_now(Epoch& e, bool write);
-  void recovery_done(Epoch& e);
-  json summary(Epoch& e, const Evaluation& ev);
-
-  void phase(int64_t step, comm::Phase p) {
-    recorder_.set_activity(step, p);
-    if (tracer_) tracer_->phase(step, p);
-  }
-  void take_snapshot(int world);
-  CheckpointMeta position(int world) const {
-    return CheckpointMeta{.step = state_.step,
-                          .epoch = state_.epoch,
-                          .consumed = state_.consumed,
-                          .world_size = world,
-                          .seed = cfg_.train.seed,
-                          .job = cfg_.name,
-                          .time = wall_seconds()};
-  }
-  double train_seconds() const { return t_train_ ? seconds_since(*t_train_) - eval_s_ : 0.0; }
-
-  TrainerContext& ctx_;
-  const JobConfig& cfg_;
-  const int job_rank_;
-  std::shared_ptr<comm::FlightRecorder> recorder_owner_;
-  comm::FlightRecorder& recorder_;
-  FaultInjector faults_;
-  std::unique_ptr<trace::Tracer> tracer_;
-  Dataset train_set_, test_set_;
-  ModelPtr model_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  const int64_t max_steps_;
-  std::unique_ptr<CheckpointDir> checkpoints_;
-
-  TrainState state_;
-  Snapshots snapshots_;
-  double snapshot_s_ = 0;     // time spent taking in-memory snapshots
-  SyncMode* mode_ = nullptr;  // the current epoch's (sync_mode.h); null between epochs
-  elastic::Membership membership_;
-  bool fresh_start_ = false, have_state_ = false;
-  int64_t resumed_from_ = 0;
-  int restores_ = 0;
-
-  double compute_s_ = 0, data_s_ = 0, comm_s_ = 0, last_loss_ = 0;
-  uint64_t comm_bytes_ = 0;
-  // Gradient exchange only, summed over membership epochs (see DdpStats).
-  uint64_t grad_sent_ = 0, grad_received_ = 0, grad_uncompressed_ = 0;
-  int64_t samples_ = 0;
-  StatusReporter status_;
-  // Where each step went, for stragglers and `cohort diagnose` (trace/step_log.h).
-  std::unique_ptr<trace::StepLog> step_log_;
-  int64_t clock_offset_us_ = 0;
-  std::optional<trace::RankHeader> probe_;  // the transport probe (the header of the step log)
-  // Training time starts at this process's first step, as PyTorch's does after its barrier:
-  // rendezvous, the initial broadcast, the transport probe and a restore are not in it.
-  std::optional<Clock::time_point> t_train_;
-  double train_s_ = 0;
-  // Periodic evaluation (train.eval_every_steps): its time is not training time. The newest
-  // result is kept so that a job stopped by train.stop_at_accuracy does not evaluate the same
-  // model twice.
-  double eval_s_ = 0;
-  bool reached_ = false;
-  std::optional<std::pair<int64_t, Evaluation>> newest_eval_;
-};
 
 Dataset load_logged(const JobConfig& cfg, Split split) {
   auto t = Clock::now();
@@ -237,6 +16,8 @@ Dataset load_logged(const JobConfig& cfg, Split split) {
                split == Split::Train ? "training" : "test", seconds_since(t));
   return d;
 }
+
+}  // namespace
 
 Trainer::Trainer(TrainerContext& ctx)
     : ctx_(ctx),
@@ -390,108 +171,6 @@ json Trainer::run_epoch() {
   recovery_done(e);
   comm_bytes_ = e.bytes_now();
   return summary(e, ev);
-}
-
-void Trainer::start_fresh(Epoch& e) {
-  fresh_start_ = false;
-  e.ddp.broadcast_parameters(0);
-  const trace::RankHeader header =
-      probe_transport(e.comm, cfg_.debug.bandwidth_probe_mb,
-                      comm::parse_algorithm(cfg_.comm.algorithm), job_rank_, clock_offset_us_);
-  if (header.probe_bytes > 0) {
-    spdlog::info("transport probe: allreduce of {:.1f} MB in {:.2f} ms, {:.2f} GB/s bus bandwidth",
-                 static_cast<double>(header.probe_bytes) / 1e6, 1e3 * header.probe_seconds,
-                 header.probe_busbw_gbps);
-  }
-  probe_ = header;
-  if (step_log_) step_log_->header(header);
-  if (!ctx_.resume_from.empty()) resume_from_checkpoint(e);
-  take_snapshot(e.world);
-  have_state_ = true;
-}
-
-void Trainer::resume_from_checkpoint(Epoch& e) {
-  // Rank 0 picks and reads the checkpoint; every rank restores the same bytes.
-  std::string bytes, name;
-  if (e.rank == 0) {
-    CheckpointDir dir(ctx_.resume_from, cfg_.checkpoint.keep);
-    std::vector<std::string> skipped;
-    auto newest = dir.newest_valid(&skipped);  // logs each corrupt checkpoint it skips
-    if (!newest) {
-      throw Error("no valid checkpoint to resume from in " + ctx_.resume_from +
-                  (skipped.empty() ? ""
-                                   : " (" + std::to_string(skipped.size()) +
-                                         " corrupt: " + skipped.front() + ")"));
-    }
-    name = newest->path.string();
-    bytes = read_file(newest->path);
-    if (ctx_.report_event) {
-      ctx_.report_event({{"event", "resumed_from_checkpoint"},
-                         {"path", name},
-                         {"step", newest->step},
-                         {"skipped", skipped}});
-    }
-  }
-  name = e.ddp.broadcast_bytes(name);
-  bytes = e.ddp.broadcast_bytes(bytes);
-  CheckpointExtras extras;
-  CheckpointMeta pos = decode_checkpoint(bytes, name, *model_, optimizer_.get(), true, &extras);
-  restore_codec_state(e.ddp, extras.codec_states, e.rank, e.world, name);
-  e.mode.load_state(extras.sync_state);
-  state_.step = resumed_from_ = pos.step;
-  state_.epoch = pos.epoch;
-  state_.consumed = pos.consumed;
-  spdlog::info("resumed from {} at step {} (epoch {}, {} samples consumed)", name, pos.step,
-               pos.epoch, pos.consumed);
-}
-
-void Trainer::restore(Epoch& e) {
-  if (step_log_ && !probe_) {
-    probe_ = trace::RankHeader{.rank = job_rank_, .world = e.world};
-    step_log_->header(*probe_);
-  }
-  // Agree on the newest snapshot every rank that has state holds, and who sends it to the ranks
-  // without: min over ranks of (newest snapshot, -steps reached, -needs state, rank).
-  constexpr int64_t kNone = std::numeric_limits<int64_t>::max();
-  int64_t v[4] = {have_state_ ? snapshots_.newest().state.step : kNone, -state_.step,
-                  have_state_ ? 0 : -1, have_state_ ? e.rank : kNone};
-  e.comm.allreduce(Buffer{DType::I64, v, 4}, {.op = comm::ReduceOp::Min})->wait();
-  if (v[0] == kNone) {
-    throw Error("membership epoch " + std::to_string(membership_.epoch) +
-                ": no member holds the training state (every worker that had it was lost)");
-  }
-  e.restored_step = v[0];
-  const int root = static_cast<int>(v[3]);
-  std::string bytes, state_json;
-  if (have_state_) {
-    const Snapshot* snap = snapshots_.find(e.restored_step);
-    if (!snap) {
-      throw Error("rank " + std::to_string(job_rank_) + " holds no snapshot of step " +
-                  std::to_string(e.restored_step) + " (its newest is of step " +
-                  std::to_string(snapshots_.newest().state.step) + ")");
-    }
-    bytes = snap->bytes;
-    state_json = snap->state.to_json().dump();
-  }
-  if (v[2] < 0) {
-    bytes = e.ddp.broadcast_bytes(e.rank == root ? bytes : std::string(), root);
-    state_json = e.ddp.broadcast_bytes(e.rank == root ? state_json : std::string(), root);
-  }
-  e.rolled_back = std::max<int64_t>(0, -v[1] - e.restored_step);
-  CheckpointExtras extras;
-  decode_checkpoint(bytes, "snapshot of step " + std::to_string(e.restored_step), *model_,
-                    optimizer_.get(), /*restore_rng=*/true, &extras);
-  e.mode.load_state(extras.sync_state);
-  state_ = TrainState::from_json(json::parse(state_json));
-  snapshots_.reset({state_, std::move(bytes)});
-  have_state_ = true;
-  ++restores_;
-  e.report_recovery = e.rank == 0;
-  spdlog::info(
-      "membership epoch {}: {} workers; restored the snapshot of step {} (epoch {}, {} samples "
-      "consumed), {} steps rolled back{}",
-      membership_.epoch, e.world, e.restored_step, state_.epoch, state_.consumed, e.rolled_back,
-      v[2] < 0 ? ", state sent by rank " + std::to_string(root) : "");
 }
 
 void Trainer::plan_epoch(Epoch& e) {
@@ -749,12 +428,14 @@ json Trainer::summary(Epoch& e, const Evaluation& ev) {
   return s;
 }
 
-}  // namespace
+}  // namespace cohort::train::detail
 
-json train(TrainerContext& ctx) {
+namespace cohort::train {
+
+nlohmann::json train(TrainerContext& ctx) {
   torch::set_num_threads(static_cast<int>(ctx.config.threads_per_worker));
   if (ctx.recorder) ctx.recorder->set_activity(0, comm::Phase::Setup);
-  Trainer trainer(ctx);
+  detail::Trainer trainer(ctx);
   return trainer.run();
 }
 
