@@ -32,16 +32,22 @@ json read_json(const fs::path& p) {
 // Runs of two modes that are equal in exact arithmetic are compared over a few steps only: early
 // training at this learning rate amplifies a rounding difference once a ReLU's input crosses zero
 // in one run and not in the other (two such runs were 3e-8 apart after 22 steps, 6e-6 after 23).
+// `cohort run` of the MLP example in `dir` with --set for each of `sets`; its output.
+e2e::Result run_mlp(const fs::path& dir, const std::vector<std::string>& sets) {
+  std::string cmd = std::string(COHORT_BINARY) + " run " + COHORT_SOURCE_DIR +
+                    "/examples/fashion-mlp.yaml --run-dir " + dir.string();
+  for (const auto& s : sets) cmd += " --set '" + s + "'";
+  return e2e::sh(cmd, 300);
+}
+
 fs::path run_job(const std::string& name, int steps, const std::vector<std::string>& sets) {
   const fs::path dir = e2e::fresh_dir("sync", name);
-  std::string cmd = std::string(COHORT_BINARY) + " run " + COHORT_SOURCE_DIR +
-                    "/examples/fashion-mlp.yaml --run-dir " + dir.string() +
-                    " --set workers=2 --set train.max_steps=" + std::to_string(steps) +
-                    " --set checkpoint.every_steps=" + std::to_string(steps) +
-                    " --set train.optimizer.momentum=0.9 --set train.seed=3";
-  for (const auto& s : sets) cmd += " --set '" + s + "'";
-  const e2e::Result r = e2e::sh(cmd, 240);
-  EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+  std::vector<std::string> all = {"workers=2", "train.max_steps=" + std::to_string(steps),
+                                  "checkpoint.every_steps=" + std::to_string(steps),
+                                  "train.optimizer.momentum=0.9", "train.seed=3"};
+  all.insert(all.end(), sets.begin(), sets.end());
+  const e2e::Result r = run_mlp(dir, all);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
   return dir;
 }
 
@@ -138,15 +144,11 @@ TEST(SyncModes, TheOuterOptimizerAppliesTheAveragedUpdate) {
 // replacement joins, every sample of the epoch is trained on once, the replicas agree at the end.
 TEST(SyncModes, LocalSgdLosesAtMostThePeriodWhenAWorkerDies) {
   const fs::path dir = e2e::fresh_dir("sync", "kill");
-  const std::string cmd =
-      std::string(COHORT_BINARY) + " run " + COHORT_SOURCE_DIR +
-      "/examples/fashion-mlp.yaml --run-dir " + dir.string() +
-      " --set workers=3 --set train.epochs=1 --set checkpoint.every_steps=0"
-      " --set sync.mode=local_sgd --set sync.period=8 --set sync.warmup_steps=10"
-      " --set elastic.max_restarts=1 --set elastic.min_workers=2 --set elastic.heartbeat_s=0.2"
-      " --set elastic.failure_timeout_s=2 --set elastic.snapshot_every_steps=100"
-      " --set 'faults=[{kind: kill, rank: 1, at_step: 45}]'";
-  const e2e::Result r = e2e::sh(cmd, 300);
+  const e2e::Result r = run_mlp(
+      dir, {"workers=3", "train.epochs=1", "checkpoint.every_steps=0", "sync.mode=local_sgd",
+            "sync.period=8", "sync.warmup_steps=10", "elastic.max_restarts=1",
+            "elastic.min_workers=2", "elastic.heartbeat_s=0.2", "elastic.failure_timeout_s=2",
+            "elastic.snapshot_every_steps=100", "faults=[{kind: kill, rank: 1, at_step: 45}]"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const json s = read_json(dir / "summary.json");
   EXPECT_EQ(s["status"], "completed") << s.dump(2);
@@ -176,12 +178,9 @@ TEST(SyncModes, LocalSgdLosesAtMostThePeriodWhenAWorkerDies) {
 // on once, and the replicas still agree.
 TEST(SyncModes, BalanceGivesAPersistentStragglerASmallerShare) {
   const fs::path dir = e2e::fresh_dir("sync", "balance");
-  const std::string cmd = std::string(COHORT_BINARY) + " run " + COHORT_SOURCE_DIR +
-                          "/examples/fashion-mlp.yaml --run-dir " + dir.string() +
-                          " --set workers=2 --set train.epochs=1 --set checkpoint.every_steps=0"
-                          " --set sync.balance=auto"
-                          " --set 'faults=[{kind: slow, rank: 1, at_step: 0, factor: 3}]'";
-  const e2e::Result r = e2e::sh(cmd, 300);
+  const e2e::Result r =
+      run_mlp(dir, {"workers=2", "train.epochs=1", "checkpoint.every_steps=0", "sync.balance=auto",
+                    "faults=[{kind: slow, rank: 1, at_step: 0, factor: 3}]"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const json s = read_json(dir / "summary.json");
   ASSERT_EQ(s["per_rank"].size(), 2u) << s.dump(2);

@@ -314,9 +314,16 @@ bool Trainer::after_step(Epoch& e, bool epoch_end) {
 // Commit: add up the samples trained since the last commit and take a snapshot. Returns whether
 // any rank saw a request for the next membership epoch, which every rank then leaves together.
 bool Trainer::commit(Epoch& e, bool may_switch) {
-  double v[4] = {e.pending.samples, e.pending.id_sum, e.pending.id_sq_sum,
-                 ctx_.agent.change_requested() ? 1.0 : 0.0};
-  e.comm.allreduce(Buffer{DType::F64, v, 4}, {.op = comm::ReduceOp::Sum})->wait();
+  // With sync.balance the same allreduce carries every rank's busy time per step (its own slot).
+  std::vector<double> v = {e.pending.samples, e.pending.id_sum, e.pending.id_sq_sum,
+                           ctx_.agent.change_requested() ? 1.0 : 0.0};
+  if (cfg_.sync.balance) {
+    v.resize(4 + static_cast<size_t>(e.world), 0.0);
+    if (e.busy_steps > 0) {
+      v[4 + static_cast<size_t>(e.rank)] = e.busy_s / static_cast<double>(e.busy_steps);
+    }
+  }
+  e.comm.allreduce(Buffer{DType::F64, v.data(), v.size()}, {.op = comm::ReduceOp::Sum})->wait();
   if (state_.counts.size() <= static_cast<size_t>(e.pending_epoch)) {
     state_.counts.resize(static_cast<size_t>(e.pending_epoch) + 1);
   }
@@ -327,25 +334,18 @@ bool Trainer::commit(Epoch& e, bool may_switch) {
   e.pending = {};
   e.pending_epoch = state_.epoch;
   take_snapshot(e.world);
-  if (cfg_.sync.balance) rebalance(e);
+  if (cfg_.sync.balance) rebalance(e, {v.begin() + 4, v.end()});
   return may_switch && v[3] > 0;
 }
 
-// sync.balance: every rank's busy time per step since the last commit (one allreduce of a value
-// per rank), and new shares that move each rank's busy time towards the mean: share x mean / own,
-// by at most a factor of 2 per commit. With a cost proportional to the samples this lands on
+// sync.balance: from every rank's busy time per step since the last commit (exchanged by the
+// commit's allreduce), new shares that move each rank's busy time towards the mean: share x mean /
+// own, by at most a factor of 2 per commit. With a cost proportional to the samples this lands on
 // shares in proportion to speed at once; a fixed cost per step (which makes a small share's time
 // per sample look worse and would starve a slow rank if shares followed it) is converged on over
 // a few commits. The same numbers on every rank give the same shares.
-void Trainer::rebalance(Epoch& e) {
+void Trainer::rebalance(Epoch& e, const std::vector<double>& per_step) {
   const auto world = static_cast<size_t>(e.world);
-  std::vector<double> per_step(world, 0.0);
-  if (e.busy_steps > 0) {
-    per_step[static_cast<size_t>(e.rank)] = e.busy_s / static_cast<double>(e.busy_steps);
-  }
-  e.comm
-      .allreduce(Buffer{DType::F64, per_step.data(), per_step.size()}, {.op = comm::ReduceOp::Sum})
-      ->wait();
   e.busy_s = 0;
   e.busy_steps = 0;
   if (std::any_of(per_step.begin(), per_step.end(), [](double t) { return !(t > 0); })) return;

@@ -103,7 +103,7 @@ class Trainer {
   void train_step(Epoch& e, const Batch& batch, Clock::time_point t0);
   bool after_step(Epoch& e, bool epoch_end);
   bool commit(Epoch& e, bool may_switch);
-  void rebalance(Epoch& e);
+  void rebalance(Epoch& e, const std::vector<double>& per_step);
   void save_checkpoint_now(Epoch& e, bool write);
   void recovery_done(Epoch& e);
   json summary(Epoch& e, const Evaluation& ev);
