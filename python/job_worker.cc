@@ -79,7 +79,8 @@ JobWorker::JobWorker(const JobWorkerOptions& options) : options_(options) {
                                               .timeout = ms(config_.comm.timeout_s),
                                               .flight_recorder = recorder_,
                                               .check_collectives = group.check_collectives,
-                                              .transport = group.transport}});
+                                              .transport = group.transport,
+                                              .integrity = group.integrity}});
   faults_ = std::make_unique<train::FaultInjector>(config_.faults, options_.rank, config_.workers,
                                                    config_.train.seed);
   publish_status({{"state", "starting"}, {"step", 0}});
@@ -145,6 +146,7 @@ dist::GroupSettings JobWorker::group_settings() const {
   dist::GroupSettings s = dist::settings_from_environment();
   s.token = options_.token;
   if (!std::getenv("COHORT_TRANSPORT")) s.transport = comm::parse_transport(config_.comm.transport);
+  if (!std::getenv("COHORT_INTEGRITY")) s.integrity = comm::parse_integrity(config_.comm.integrity);
   if (!std::getenv("COHORT_ALGORITHM")) s.algorithm = comm::parse_algorithm(config_.comm.algorithm);
   if (!std::getenv("COHORT_CHECK_COLLECTIVES"))
     s.check_collectives = config_.debug.check_collectives;

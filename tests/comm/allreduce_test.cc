@@ -56,12 +56,13 @@ TEST_P(Allreduce, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     WorldsCountsAlgorithmsTransports, Allreduce,
-    ::testing::Combine(
-        ::testing::Values(1, 2, 3, 4, 5, 8),
-        ::testing::Values(size_t{0}, size_t{1}, size_t{7}, size_t{1000}, kBig),
-        ::testing::Values(Algorithm::Ring, Algorithm::HalvingDoubling, Algorithm::RecursiveDoubling,
-                          Algorithm::Hierarchical, Algorithm::Auto),
-        ::testing::Values(Wires::Tcp, Wires::Shm, Wires::Mixed, Wires::Hosts, Wires::Lazy)),
+    ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
+                       ::testing::Values(size_t{0}, size_t{1}, size_t{7}, size_t{1000}, kBig),
+                       ::testing::Values(Algorithm::Ring, Algorithm::HalvingDoubling,
+                                         Algorithm::RecursiveDoubling, Algorithm::Hierarchical,
+                                         Algorithm::Auto),
+                       ::testing::Values(Wires::Tcp, Wires::Shm, Wires::Mixed, Wires::Hosts,
+                                         Wires::Lazy, Wires::Sealed)),
     [](const auto& info) {
       return "n" + std::to_string(std::get<0>(info.param)) + "_count" +
              std::to_string(std::get<1>(info.param)) + "_" +

@@ -32,8 +32,9 @@ inline CommConfig test_config(int rank, int size) {
 // pairs within a host are shared memory, pairs across TCP, and Auto picks the hierarchical
 // allreduce; odd worlds have hosts of different sizes, and neither host's ranks are contiguous.
 // Lazy: the same two hosts, every pair connected on first use (CommConfig::connect_all_up_to), as
-// in a world too large for a full mesh.
-enum class Wires { Tcp, Shm, Mixed, Hosts, Lazy };
+// in a world too large for a full mesh. Sealed: the same two hosts with every data frame carrying
+// its HMAC (CommConfig::integrity), over shared memory and TCP.
+enum class Wires { Tcp, Shm, Mixed, Hosts, Lazy, Sealed };
 
 inline std::string wires_name(Wires w) {
   switch (w) {
@@ -47,6 +48,8 @@ inline std::string wires_name(Wires w) {
       return "hosts";
     case Wires::Lazy:
       return "lazy";
+    case Wires::Sealed:
+      return "sealed";
   }
   return "?";
 }
@@ -55,8 +58,11 @@ inline void use_wires(CommConfig& c, Wires w) {
   if (w == Wires::Tcp) c.transport = Transport::Tcp;
   if (w == Wires::Shm) c.transport = Transport::Shm;
   if (w == Wires::Mixed) c.transport = c.rank % 2 ? Transport::Tcp : Transport::Auto;
-  if (w == Wires::Hosts || w == Wires::Lazy) c.host_id = c.rank % 2 ? "odd" : "even";
+  if (w == Wires::Hosts || w == Wires::Lazy || w == Wires::Sealed) {
+    c.host_id = c.rank % 2 ? "odd" : "even";
+  }
   if (w == Wires::Lazy) c.connect_all_up_to = 1;
+  if (w == Wires::Sealed) c.integrity = Integrity::Hmac;
 }
 
 // Runs fn(rank) on `n` threads at once and rethrows the first exception any of them raised.

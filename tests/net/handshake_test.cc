@@ -40,6 +40,25 @@ TEST(Handshake, SucceedsWithTheSameTokenAndExchangesInfos) {
   EXPECT_EQ(read_frame(s, soon()).payload, std::vector<uint8_t>{9});
 }
 
+// Both ends derive one session key, which is new for every connection and depends on the token.
+TEST(Handshake, BothEndsDeriveTheSameSessionKeyAndEachConnectionAFreshOne) {
+  auto connect = [](const std::string& token) {
+    auto [c, s] = tcp_pair();
+    SessionKey client{}, server{};
+    auto srv = on_thread(s, [&server, token](Socket& s) {
+      return handshake_as_server(s, token, "srv", soon(), &server);
+    });
+    handshake_as_client(c, token, "cli", soon(), &client);
+    srv.get();
+    EXPECT_EQ(client, server);
+    return client;
+  };
+  const SessionKey first = connect("t0k"), second = connect("t0k"), other = connect("t1k");
+  EXPECT_NE(first, SessionKey{});
+  EXPECT_NE(first, second);
+  EXPECT_NE(first, other);
+}
+
 TEST(Handshake, WrongTokenIsAuthErrorOnBothSides) {
   auto [c, s] = tcp_pair();
   auto server = on_thread(s, [](Socket& s) { return handshake_as_server(s, "right", "", soon()); });

@@ -99,6 +99,7 @@ TEST(JobConfig, ToYamlRoundTrips) {
                        "failure_timeout_s: 1.5, max_restarts: 3, snapshot_every_steps: 7, "
                        "join_timeout_s: 30}"),
            std::string("comm: {compression: int8, int8: {chunk: 64, stochastic_rounding: false}}"),
+           std::string("comm: {integrity: hmac, transport: tcp}"),
            std::string("comm: {compression: topk, topk: {ratio: 0.05}, error_feedback: false}"),
            std::string("comm: {compression: powersgd, compression_min_kb: 0, "
                        "powersgd: {rank: 2, warmup_steps: 0}}"),
@@ -216,11 +217,13 @@ TEST(JobConfigErrors, UnknownKeysSuggestTheClosestOne) {
   EXPECT_EQ(error_of("train: {lr: 0.1}"),
             "job.yaml:1:9: train.lr: unknown key; did you mean 'train.optimizer.lr'?");
   EXPECT_EQ(error_of("comm: {zzz: 1}"),
-            "job.yaml:1:8: comm.zzz: unknown key; valid keys: algorithm, transport, bucket_mb, "
-            "buffers, timeout_s, compression, compression_min_kb, error_feedback, int8, topk, "
-            "powersgd");
+            "job.yaml:1:8: comm.zzz: unknown key; valid keys: algorithm, transport, integrity, "
+            "bucket_mb, buffers, timeout_s, compression, compression_min_kb, error_feedback, int8, "
+            "topk, powersgd");
   EXPECT_EQ(error_of("comm: {transport: infiniband}"),
             "job.yaml:1:19: comm.transport: expected one of auto, tcp, shm, got \"infiniband\"");
+  EXPECT_EQ(error_of("comm: {integrity: tls}"),
+            "job.yaml:1:19: comm.integrity: expected one of none, hmac, got \"tls\"");
   EXPECT_EQ(error_of("comm: {buffers: sync}"),
             "job.yaml:1:17: comm.buffers: expected one of broadcast, average, none, got \"sync\"");
   EXPECT_EQ(error_of("model: {name: lenet}"),

@@ -41,6 +41,13 @@ class AuthError : public ProtocolError {
   using ProtocolError::ProtocolError;
 };
 
+// Data that arrived over an authenticated connection failed its integrity check: it was changed,
+// injected, replayed or reordered on the way.
+class IntegrityError : public AuthError {
+ public:
+  using AuthError::AuthError;
+};
+
 // The operation was cancelled by abort().
 class AbortedError : public Error {
  public:

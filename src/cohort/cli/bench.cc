@@ -61,6 +61,8 @@ constexpr const char* kUsage =
     "                     default 1; 0: a whole block per step)\n"
     "  --transport NAME   auto | tcp | shm: what carries the ranks' pairs (CommConfig::transport,\n"
     "                     default auto: shared memory)\n"
+    "  --integrity NAME   none | hmac: whether data frames carry an HMAC\n"
+    "                     (CommConfig::integrity, default none)\n"
     "  --spin-us US       how long a small operation polls before it sleeps\n"
     "                     (CommConfig::spin_wait, default 20; 0: never)\n"
     "  --json             one JSON object per line instead of a table\n"
@@ -75,7 +77,7 @@ constexpr const char* kUsage =
 
 const std::set<std::string> kValueFlags = {
     "ranks", "sizes", "algo", "iters", "warmup", "timeout", "chunk", "socket-buffer", "ring-window",
-    "spin-us", "transport", "hosts", "bind",
+    "spin-us", "transport", "integrity", "hosts", "bind",
     // hidden: a rank spawned by the launcher, and the fault drills of the fault tests
     "worker-rank", "store", "fault", "fault-rank", "fault-after-iters"};
 const std::set<std::string> kBoolFlags = {"json", "help"};
@@ -143,6 +145,7 @@ BenchOptions parse_options(const Args& a) {
   if (a.has("ring-window")) o.ring_window = int_in("ring-window", 0, 0, 1 << 20);
   if (a.has("spin-us")) o.spin_us = int_in("spin-us", 0, 0, 1000000);
   o.transport = comm::parse_transport(a.get_or("transport", "auto"));
+  o.integrity = comm::parse_integrity(a.get_or("integrity", "none"));
   o.json = a.has("json");
   o.bind_host = a.get_or("bind", "127.0.0.1");
   if (auto h = a.get("hosts")) o.hosts = parse_hosts(*h, o.ranks);

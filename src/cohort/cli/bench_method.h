@@ -12,6 +12,9 @@
 //      iteration i is the maximum across ranks (an allreduce-max of the per-iteration vector,
 //      done by the library under test after the timed loop). The reported time is the median over
 //      iterations, which ignores a few iterations disturbed by the scheduler.
+//   4. Beside it, nccl-tests' figure: each rank also times the whole loop, and the mean time is
+//      the slowest rank's loop time divided by `iters` (every disturbance counts, and iterations
+//      may overlap their neighbours' tails, as nccl-tests' back-to-back loop lets them).
 //   algbw = bytes / time, busbw = algbw * 2(n-1)/n (nccl-tests' definitions; GB/s = 1e9 B/s).
 #pragma once
 
@@ -37,6 +40,7 @@ struct MethodOptions {
 
 struct Measurement {
   double time_us = 0;  // median over iterations of the max across ranks
+  double mean_us = 0;  // the slowest rank's timed loop / iters (nccl-tests)
   int iters = 0;
 };
 
@@ -48,7 +52,10 @@ struct Result {
   int ranks = 0;
   uint64_t bytes = 0;
   double time_us = 0;
+  double mean_us = 0;  // 0: not measured
   int iters = 0;
+  // Cohort's data-plane integrity (CommConfig::integrity), when not "none".
+  std::string integrity;
   // Communicator setup, the slowest rank's: from its start (store or launcher connection
   // included) until it could run a collective. Negative: not measured.
   double setup_ms = -1;
@@ -67,6 +74,15 @@ inline std::string to_json(const Result& r) {
                 static_cast<unsigned long long>(r.bytes), r.time_us, r.algbw_gbps(), r.busbw_gbps(),
                 r.iters);
   std::string out = buf;
+  if (!r.integrity.empty()) {
+    out.pop_back();
+    out += ",\"integrity\":\"" + r.integrity + "\"}";
+  }
+  if (r.mean_us > 0) {
+    std::snprintf(buf, sizeof(buf), ",\"mean_us\":%.3f}", r.mean_us);
+    out.pop_back();
+    out += buf;
+  }
   if (r.setup_ms >= 0) {
     std::snprintf(buf, sizeof(buf), ",\"setup_ms\":%.3f}", r.setup_ms);
     out.pop_back();
@@ -169,14 +185,19 @@ Measurement measure(const MethodOptions& o, Op&& op, MaxAcrossRanks&& max_across
   if (o.iters <= 0) max_across_ranks(estimate);
   const int iters = choose_iters(o, estimate[0]);
 
-  std::vector<double> t(iters);
+  // The iterations' times, then the whole loop's (one allreduce-max covers both).
+  std::vector<double> t(iters + 1);
+  const auto loop0 = Clock::now();
   for (int i = 0; i < iters; ++i) {
     auto t0 = Clock::now();
     op();
     t[i] = seconds_since(t0);
   }
+  t[iters] = seconds_since(loop0);
   max_across_ranks(t);
-  return {.time_us = median(t) * 1e6, .iters = iters};
+  const double loop = t[iters];
+  t.pop_back();
+  return {.time_us = median(t) * 1e6, .mean_us = loop / iters * 1e6, .iters = iters};
 }
 
 }  // namespace cohort::bench

@@ -87,11 +87,12 @@ class Worker {
     if (o_.ring_window >= 0) config.ring_window = static_cast<size_t>(o_.ring_window);
     if (o_.spin_us >= 0) config.spin_wait = std::chrono::microseconds(o_.spin_us);
     config.transport = o_.transport;
+    config.integrity = o_.integrity;
     if (!o_.hosts.empty()) config.bind_host = o_.hosts[bench_host_of(o_, rank_)].addr;
     comm_ = comm::Communicator::create(store_, config);
     // The slowest rank's setup, from its start to a communicator that can run collectives.
-    std::vector<double> setup{std::chrono::duration<double, std::milli>(Clock::now() - started_)
-                                  .count()};
+    std::vector<double> setup{
+        std::chrono::duration<double, std::milli>(Clock::now() - started_).count()};
     wait(comm_->allreduce({.dtype = DType::F64, .data = setup.data(), .count = 1},
                           {.op = comm::ReduceOp::Max}));
     setup_ms_ = setup[0];
@@ -136,7 +137,11 @@ class Worker {
                       .ranks = o_.ranks,
                       .bytes = bytes,
                       .time_us = m.time_us,
+                      .mean_us = m.mean_us,
                       .iters = m.iters,
+                      .integrity = o_.integrity == comm::Integrity::None
+                                       ? ""
+                                       : std::string(comm::integrity_name(o_.integrity)),
                       .setup_ms = setup_ms_};
       store_.set(bench_result_key(index), store::to_bytes(bench::to_json(r)));
     }

@@ -46,6 +46,7 @@ struct BenchOptions {
   long ring_window = -1;
   long spin_us = -1;
   comm::Transport transport = comm::Transport::Auto;
+  comm::Integrity integrity = comm::Integrity::None;
   bool json = false;
   FaultDrill fault;
   // Where the launcher's store listens (the ranks dial it); with `hosts`, an address of the

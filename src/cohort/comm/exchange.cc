@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "cohort/comm/flight_recorder.h"
+#include "cohort/comm/frame_seal.h"
 
 namespace cohort::comm {
 namespace {
@@ -30,20 +31,25 @@ using transport::Pair;
 struct SendState {
   SendPlan* plan = nullptr;
   Pair* pair = nullptr;
-  size_t i = 0;  // segments finished
+  FrameMac* mac = nullptr;  // the pair's seal, when frames carry tags (frame_seal.h)
+  size_t i = 0;             // segments finished
   bool active = false;
   bool blocked = false;
   WireHeader hdr;
   Segment seg;
-  size_t off = 0;  // bytes of header + payload sent
+  FrameTag tag{};
+  size_t off = 0;  // bytes of header + payload (+ tag) sent
 
   bool done() const { return !plan || i == plan->count; }
+  size_t tag_bytes() const { return mac ? sizeof(FrameTag) : 0; }
 };
 
 struct RecvState {
-  enum Phase { Idle, Header, Payload, Stash };
+  // Tag and StashTag: the frame's tag, after a payload for the plan or for the stash.
+  enum Phase { Idle, Header, Payload, Stash, Tag, StashTag };
   RecvPlan* plan = nullptr;
   Pair* pair = nullptr;
+  FrameMac* mac = nullptr;
   size_t i = 0;        // segments received
   size_t applied = 0;  // segments whose on_segment has run (RecvPlan::apply_lag)
   Phase phase = Idle;
@@ -53,6 +59,8 @@ struct RecvState {
   Segment seg;
   size_t got = 0;
   StashedMessage stash;
+  FrameTag tag{};
+  size_t tag_got = 0;
 
   bool done() const { return !plan || applied == plan->count; }
 };
@@ -65,10 +73,12 @@ class Engine {
     if (send && send->count > 0) {
       s_.plan = send;
       s_.pair = &mesh.pair(send->peer, deadline);
+      if (FrameSeal* seal = mesh.seal(send->peer)) s_.mac = &seal->send();
     }
     if (recv && recv->count > 0) {
       r_.plan = recv;
       r_.pair = &mesh.pair(recv->peer, deadline);
+      if (FrameSeal* seal = mesh.seal(recv->peer)) r_.mac = &seal->recv();
     }
     auto spin_of = [&](const transport::Pair* p) {
       if (!p) return std::chrono::nanoseconds{0};
@@ -121,17 +131,25 @@ class Engine {
         s_.hdr.bytes = s_.seg.bytes;
         s_.off = 0;
         s_.active = true;
+        if (s_.mac) {
+          s_.mac->begin(&s_.hdr, sizeof(WireHeader));
+          s_.mac->update(s_.seg.data, s_.seg.bytes);
+          s_.tag = s_.mac->finish();
+        }
       }
       if (s_.blocked) return progress;
-      const size_t total = sizeof(WireHeader) + s_.seg.bytes;
-      iovec iov[2];
+      // The frame is header | payload | tag; send what is left of it.
+      const iovec parts[3] = {{&s_.hdr, sizeof(WireHeader)},
+                              {s_.seg.data, s_.seg.bytes},
+                              {s_.tag.data(), s_.tag_bytes()}};
+      const size_t total = sizeof(WireHeader) + s_.seg.bytes + s_.tag_bytes();
+      iovec iov[3];
       int n = 0;
-      if (s_.off < sizeof(WireHeader)) {
-        iov[n++] = {reinterpret_cast<uint8_t*>(&s_.hdr) + s_.off, sizeof(WireHeader) - s_.off};
-        if (s_.seg.bytes) iov[n++] = {s_.seg.data, s_.seg.bytes};
-      } else {
-        size_t o = s_.off - sizeof(WireHeader);
-        iov[n++] = {s_.seg.data + o, s_.seg.bytes - o};
+      for (size_t k = 0, start = 0; k < 3; start += parts[k].iov_len, ++k) {
+        const size_t end = start + parts[k].iov_len;
+        if (end <= s_.off || parts[k].iov_len == 0) continue;
+        const size_t skip = s_.off > start ? s_.off - start : 0;
+        iov[n++] = {static_cast<uint8_t*>(parts[k].iov_base) + skip, parts[k].iov_len - skip};
       }
       size_t rc;
       try {
@@ -198,6 +216,7 @@ class Engine {
       r_.stash = StashedMessage{h.tag, h.dtype, std::vector<uint8_t>(h.bytes)};
       r_.got = 0;
       r_.phase = RecvState::Stash;
+      if (r_.mac) r_.mac->begin(&h, sizeof(WireHeader));
       return;
     }
     if (kind != id_.kind || (kind != OpKind::PointToPoint && h.seq != id_.seq)) {
@@ -222,6 +241,39 @@ class Engine {
     }
     r_.got = 0;
     r_.phase = RecvState::Payload;
+    if (r_.mac) r_.mac->begin(&h, sizeof(WireHeader));
+  }
+
+  // A frame's tag has arrived: it must be the one this rank computes for the frame's bytes and
+  // its place in the stream, or nothing of it is used.
+  void check_tag() {
+    if (tags_equal(r_.tag, r_.mac->finish())) return;
+    const int peer = r_.plan->peer;
+    throw IntegrityError(describe(id_.kind, id_.seq, id_.tag) + ": data from " + rank_str(peer) +
+                         " failed its integrity check (comm.integrity: hmac): it was changed, "
+                         "injected, replayed or reordered on the way from " +
+                         rank_str(peer) + " to this rank");
+  }
+
+  // Reads the frame's tag; true once it has arrived and matches.
+  bool read_tag(bool& progress) {
+    while (r_.tag_got < r_.tag.size()) {
+      size_t k = read_some(r_.plan->peer, r_.tag.data() + r_.tag_got, r_.tag.size() - r_.tag_got);
+      if (k == 0) return false;
+      progress = true;
+      r_.tag_got += k;
+    }
+    check_tag();
+    return true;
+  }
+
+  // The payload of the frame in phase `tag_phase` is complete: its tag is next when frames carry
+  // one. True when the frame is complete.
+  bool payload_done(RecvState::Phase tag_phase) {
+    if (!r_.mac) return true;
+    r_.tag_got = 0;
+    r_.phase = tag_phase;
+    return false;
   }
 
   void finish_segment() {
@@ -270,29 +322,46 @@ class Engine {
       }
       if (r_.phase == RecvState::Payload) {
         if (r_.got < r_.seg.bytes) {
-          size_t k = read_some(p.peer, r_.seg.data + r_.got, r_.seg.bytes - r_.got);
+          uint8_t* at = r_.seg.data + r_.got;
+          size_t k = read_some(p.peer, at, r_.seg.bytes - r_.got);
           if (k == 0) return progress;
           progress = true;
           r_.got += k;
+          if (r_.mac) r_.mac->update(at, k);  // while the bytes are in the caches
         }
-        if (r_.got == r_.seg.bytes) finish_segment();
+        if (r_.got == r_.seg.bytes && payload_done(RecvState::Tag)) finish_segment();
+        continue;
+      }
+      if (r_.phase == RecvState::Tag) {
+        if (!read_tag(progress)) return progress;
+        finish_segment();
         continue;
       }
       if (r_.phase == RecvState::Stash) {
         auto& buf = r_.stash.payload;
         if (r_.got < buf.size()) {
-          size_t k = read_some(p.peer, buf.data() + r_.got, buf.size() - r_.got);
+          uint8_t* at = buf.data() + r_.got;
+          size_t k = read_some(p.peer, at, buf.size() - r_.got);
           if (k == 0) return progress;
           progress = true;
           r_.got += k;
+          if (r_.mac) r_.mac->update(at, k);
         }
-        if (r_.got == buf.size()) {
-          mesh_.stash(p.peer).push_back(std::move(r_.stash));
-          r_.hdr_got = 0;
-          r_.phase = RecvState::Header;  // the segment we wanted is still to come
-        }
+        if (r_.got == buf.size() && payload_done(RecvState::StashTag)) stash_message();
+        continue;
+      }
+      if (r_.phase == RecvState::StashTag) {
+        if (!read_tag(progress)) return progress;
+        stash_message();
       }
     }
+  }
+
+  // A message for a later recv is complete: keep it, and go on reading for this operation.
+  void stash_message() {
+    mesh_.stash(r_.plan->peer).push_back(std::move(r_.stash));
+    r_.hdr_got = 0;
+    r_.phase = RecvState::Header;  // the segment we wanted is still to come
   }
 
   // Waits until the blocked side(s) may make progress: spins first (see exchange()), then sleeps

@@ -37,7 +37,7 @@ class Setup {
       : store_(store),
         o_(o),
         deadline_(Deadline::after(o.timeout)),
-        me_(info_of(o.rank, o.size, this_host(o), o.transport != Transport::Tcp)),
+        me_(info_of(o)),
         links_(static_cast<size_t>(o.size)),
         connected_(static_cast<size_t>(o.size), false) {
     connected_[static_cast<size_t>(o.rank)] = true;
@@ -75,9 +75,13 @@ class Setup {
   }
 
   // p proved the token: it becomes the link to its rank if that rank is one this rank expects.
-  std::string keep(const std::string& info, net::Socket& sock) {
+  std::string keep(const std::string& info, const net::SessionKey& session, net::Socket& sock) {
     auto peer = parse_info(info);
     if (!peer) return "malformed rank info '" + info + "'";
+    if (std::string why = integrity_mismatch(o_, *peer); !why.empty()) {
+      mismatch_ = why;
+      return why;
+    }
     if (peer->size != o_.size) {
       return "it belongs to a world of " + std::to_string(peer->size) + ", not " +
              std::to_string(o_.size);
@@ -89,7 +93,7 @@ class Setup {
     if (connected_[static_cast<size_t>(peer->rank)]) {
       return "rank " + std::to_string(peer->rank) + " is already connected";
     }
-    links_[static_cast<size_t>(peer->rank)] = PeerLink{std::move(sock), peer->host, peer->shm};
+    links_[static_cast<size_t>(peer->rank)] = make_link(o_, std::move(sock), *peer, session);
     connected_[static_cast<size_t>(peer->rank)] = true;
     --waiting_;
     return "";
@@ -100,11 +104,13 @@ class Setup {
   void accept_all(Doorman& door) {
     waiting_ = o_.size - 1 - o_.rank;
     door.set_max_pending(static_cast<size_t>(2 * waiting_) + 32);
-    const Doorman::OnPeer on_peer = [&](const std::string& info, net::Socket& sock,
-                                        const std::string&) { return keep(info, sock); };
+    const Doorman::OnPeer on_peer = [&](const std::string& info, const net::SessionKey& session,
+                                        net::Socket& sock,
+                                        const std::string&) { return keep(info, session, sock); };
     while (waiting_ > 0) {
       if (deadline_.expired()) fail("no connection from them before the deadline");
       door.poll_once(deadline_, -1, on_peer);
+      if (!mismatch_.empty()) throw ConfigError("communicator setup: " + mismatch_);
     }
     door.drop_all("setup finished before its handshake");
   }
@@ -116,6 +122,7 @@ class Setup {
   std::vector<PeerLink> links_;
   std::vector<bool> connected_;
   int waiting_ = 0;
+  std::string mismatch_;  // a peer that does not seal its frames as this rank does
 };
 
 }  // namespace
@@ -123,14 +130,16 @@ class Setup {
 Mesh::Mesh() : ready_(std::make_unique<std::atomic<transport::Pair*>[]>(1)) {
   ready_[0] = nullptr;
   pairs_.resize(1);
+  seals_.resize(1);
   stash_.resize(1);
 }
 
 Mesh::~Mesh() = default;
 
-void Mesh::publish(int r, std::unique_ptr<transport::Pair> p) {
+void Mesh::publish(int r, std::unique_ptr<transport::Pair> p, std::unique_ptr<FrameSeal> seal) {
   std::lock_guard lk(mu_);
   if (closed_) p->shutdown();
+  seals_[static_cast<size_t>(r)] = std::move(seal);
   ready_[static_cast<size_t>(r)].store(p.get(), std::memory_order_release);
   pairs_[static_cast<size_t>(r)] = std::move(p);
 }
@@ -173,6 +182,7 @@ std::unique_ptr<Mesh> Mesh::connect(store::Store& store, const CommConfig& o) {
   m->size_ = o.size;
   const auto n = static_cast<size_t>(o.size);
   m->pairs_.resize(n);
+  m->seals_.resize(n);
   m->ready_ = std::make_unique<std::atomic<transport::Pair*>[]>(n);
   for (size_t r = 0; r < n; ++r) m->ready_[r] = nullptr;
   m->stash_.resize(n);
@@ -196,7 +206,9 @@ std::unique_ptr<Mesh> Mesh::connect(store::Store& store, const CommConfig& o) {
   m->set_hosts(hosts);
   auto pairs = make_pairs(o, links, setup.deadline());
   for (int r = 0; r < o.size; ++r) {
-    if (r != o.rank) m->publish(r, std::move(pairs[static_cast<size_t>(r)]));
+    if (r == o.rank) continue;
+    m->publish(r, std::move(pairs[static_cast<size_t>(r)]),
+               data_seal(o, links[static_cast<size_t>(r)]));
   }
   return m;
 }

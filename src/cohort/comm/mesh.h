@@ -32,6 +32,7 @@
 
 #include "cohort/base/clock.h"
 #include "cohort/comm/communicator.h"
+#include "cohort/comm/frame_seal.h"
 #include "cohort/comm/transport/pair.h"
 #include "cohort/comm/types.h"
 #include "cohort/net/socket.h"
@@ -73,6 +74,9 @@ class Mesh {
     transport::Pair* p = ready_[static_cast<size_t>(r)].load(std::memory_order_acquire);
     return p ? *p : connect_to(r, deadline);
   }
+  // What seals the data frames to and from peer r (CommConfig::integrity), or null when they are
+  // not sealed. Valid once pair(r) has returned, on the same thread.
+  FrameSeal* seal(int r) const { return seals_[static_cast<size_t>(r)].get(); }
   // How many peers each transport carries now.
   int pairs_of(transport::Kind k) const;
   // Whether every pair was connected at setup (a full mesh).
@@ -96,8 +100,9 @@ class Mesh {
   friend class Lazy;
 
   transport::Pair& connect_to(int r, Deadline deadline);
-  // Makes p the pair to r (under mu_), visible to pair() at once; shut down if the mesh is.
-  void publish(int r, std::unique_ptr<transport::Pair> p);
+  // Makes p the pair to r (under mu_), visible to pair() at once with the seal of its frames;
+  // shut down if the mesh is.
+  void publish(int r, std::unique_ptr<transport::Pair> p, std::unique_ptr<FrameSeal> seal);
   // host_of_, hosts_ and ranks_on_this_host_ from every rank's host identity.
   void set_hosts(const std::vector<std::string>& hosts);
 
@@ -108,6 +113,7 @@ class Mesh {
   int hosts_ = 1;
   mutable std::mutex mu_;  // pairs_, closed_ (ready_ is written under it)
   std::vector<std::unique_ptr<transport::Pair>> pairs_;
+  std::vector<std::unique_ptr<FrameSeal>> seals_;  // written before ready_, read after it
   std::unique_ptr<std::atomic<transport::Pair*>[]> ready_;
   bool closed_ = false;
   std::vector<std::deque<StashedMessage>> stash_;

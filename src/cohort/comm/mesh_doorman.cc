@@ -48,7 +48,7 @@ bool Doorman::advance(Pending& p, const OnPeer& on_peer) {
       if (!p.writer.flush(p.sock)) return false;
     }
     if (!p.accepted || !p.writer.empty()) return false;
-    const std::string refused = on_peer(p.hs.client_info(), p.sock, p.from);
+    const std::string refused = on_peer(p.hs.client_info(), p.hs.session(), p.sock, p.from);
     if (!refused.empty()) drop(p, refused);
   } catch (const std::exception& e) {
     drop(p, e.what());

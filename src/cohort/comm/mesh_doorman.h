@@ -22,10 +22,11 @@ namespace cohort::comm {
 class Doorman {
  public:
   // What to do with a connection that proved the token: `info` is what the peer stated about
-  // itself, `from` its address (for log lines). Return an empty string to keep the socket (it has
-  // been moved from), or why it is refused (it is then closed with a log line).
-  using OnPeer = std::function<std::string(const std::string& info, net::Socket& sock,
-                                           const std::string& from)>;
+  // itself, `session` the connection's session key, `from` its address (for log lines). Return
+  // an empty string to keep the socket (it has been moved from), or why it is refused (it is then
+  // closed with a log line).
+  using OnPeer = std::function<std::string(const std::string& info, const net::SessionKey& session,
+                                           net::Socket& sock, const std::string& from)>;
 
   // `me` is what this rank states about itself in the handshake.
   Doorman(const CommConfig& o, std::string me, net::Listener listener);

@@ -20,7 +20,7 @@ Mesh::Lazy::Lazy(Mesh& mesh, store::Store& store, const CommConfig& o)
     : mesh_(mesh),
       store_(store),
       o_(o),
-      me_(info_of(o.rank, o.size, this_host(o), o.transport != Transport::Tcp)),
+      me_(info_of(o)),
       state_(static_cast<size_t>(o.size), State::None) {
   const Deadline deadline = Deadline::after(o.timeout);
   // The listener, a connection to each of a few dozen peers and pending strangers.
@@ -113,8 +113,9 @@ uint64_t Mesh::Lazy::pairs_of_host(int ranks) const {
 }
 
 void Mesh::Lazy::accept_loop() {
-  const Doorman::OnPeer on = [this](const std::string& info, net::Socket& sock,
-                                    const std::string&) { return on_peer(info, sock); };
+  const Doorman::OnPeer on = [this](const std::string& info, const net::SessionKey& session,
+                                    net::Socket& sock,
+                                    const std::string&) { return on_peer(info, session, sock); };
   while (!stopping_) {
     try {
       door_->poll_once(Deadline::after(Millis(1000)), wake_fd_, on);
@@ -127,13 +128,16 @@ void Mesh::Lazy::accept_loop() {
 }
 
 // On the acceptor thread: an authenticated connection from a peer.
-std::string Mesh::Lazy::on_peer(const std::string& info, net::Socket& sock) {
+std::string Mesh::Lazy::on_peer(const std::string& info, const net::SessionKey& session,
+                                net::Socket& sock) {
   auto peer = parse_info(info);
   if (!peer) return "malformed rank info '" + info + "'";
   if (peer->size != o_.size || peer->rank < 0 || peer->rank >= o_.size || peer->rank == o_.rank) {
     return "'" + info + "' is not a peer in a world of " + std::to_string(o_.size);
   }
+  if (std::string why = integrity_mismatch(o_, *peer); !why.empty()) return why;
   const int b = peer->rank;
+  PeerLink link = make_link(o_, std::move(sock), *peer, session);
   const Deadline deadline = Deadline::after(o_.handshake_timeout);
   {
     std::unique_lock lk(mu_);
@@ -148,9 +152,8 @@ std::string Mesh::Lazy::on_peer(const std::string& info, net::Socket& sock) {
     if (closed || st == State::Ready || st == State::Accepting ||
         (st == State::Dialing && o_.rank > b)) {
       lk.unlock();
-      net::Socket refused = std::move(sock);
       try {
-        send_setup_message(refused, "dup", deadline);
+        send_setup_message(link, "dup", deadline);
       } catch (const std::exception&) {
       }
       return "";
@@ -158,9 +161,9 @@ std::string Mesh::Lazy::on_peer(const std::string& info, net::Socket& sock) {
     st = State::Accepting;
   }
   try {
-    send_setup_message(sock, "ok", deadline);
-    PeerLink link{std::move(sock), peer->host, peer->shm};
-    mesh_.publish(b, make_pair(o_, b, link, local_pairs_, deadline));
+    send_setup_message(link, "ok", deadline);
+    auto pair = make_pair(o_, b, link, local_pairs_, deadline);
+    mesh_.publish(b, std::move(pair), data_seal(o_, link));
     std::lock_guard lk(mu_);
     state_[static_cast<size_t>(b)] = State::Ready;
   } catch (const std::exception& e) {
@@ -198,9 +201,10 @@ transport::Pair& Mesh::Lazy::connect(int r, Deadline deadline) {
   }
   try {
     PeerLink link = dial_peer(store_, o_, me_, r, deadline);
-    const std::string verdict = recv_setup_message(link.sock, r, deadline);
+    const std::string verdict = recv_setup_message(link, r, deadline);
     if (verdict == "ok") {
-      mesh_.publish(r, make_pair(o_, r, link, local_pairs_, deadline));
+      auto pair = make_pair(o_, r, link, local_pairs_, deadline);
+      mesh_.publish(r, std::move(pair), data_seal(o_, link));
       std::lock_guard lk(mu_);
       state_[i] = State::Ready;
     } else if (verdict != "dup") {

@@ -46,7 +46,7 @@ class Mesh::Lazy {
   uint64_t pairs_of_host(int ranks) const;
   [[noreturn]] void never_joined(const std::string& why);
   void accept_loop();
-  std::string on_peer(const std::string& info, net::Socket& sock);
+  std::string on_peer(const std::string& info, const net::SessionKey& session, net::Socket& sock);
   transport::Pair& wait_for(int r, Deadline deadline, std::unique_lock<std::mutex>& lk);
   void stop();
 

@@ -25,23 +25,60 @@ constexpr size_t kMinRing = 64 << 10;
 
 }  // namespace
 
-void send_setup_message(net::Socket& s, const std::string& text, Deadline deadline) {
+void send_setup_message(PeerLink& link, const std::string& text, Deadline deadline) {
   const auto n = static_cast<uint32_t>(text.size());
-  s.send_all(&n, sizeof(n), deadline);
-  s.send_all(text.data(), text.size(), deadline);
+  FrameMac& mac = link.seal->send();
+  mac.begin(&n, sizeof(n));
+  mac.update(text.data(), text.size());
+  const FrameTag tag = mac.finish();
+  std::string message(reinterpret_cast<const char*>(&n), sizeof(n));
+  message += text;
+  message.append(reinterpret_cast<const char*>(tag.data()), tag.size());
+  link.sock.send_all(message.data(), message.size(), deadline);
 }
 
-std::string recv_setup_message(net::Socket& s, int peer, Deadline deadline) {
+std::string recv_setup_message(PeerLink& link, int peer, Deadline deadline) {
   uint32_t n = 0;
-  s.recv_all(&n, sizeof(n), deadline);
+  link.sock.recv_all(&n, sizeof(n), deadline);
   if (n > kMaxMessage) {
     throw ProtocolError("communicator setup: rank " + std::to_string(peer) + " sent a " +
                         std::to_string(n) + "-byte transport message (at most " +
                         std::to_string(kMaxMessage) + ")");
   }
   std::string text(n, '\0');
-  s.recv_all(text.data(), n, deadline);
+  link.sock.recv_all(text.data(), n, deadline);
+  FrameTag tag;
+  link.sock.recv_all(tag.data(), tag.size(), deadline);
+  FrameMac& mac = link.seal->recv();
+  mac.begin(&n, sizeof(n));
+  mac.update(text.data(), text.size());
+  if (!tags_equal(tag, mac.finish())) {
+    throw IntegrityError("communicator setup: a transport message from rank " +
+                         std::to_string(peer) +
+                         " failed its integrity check (changed on the way, or not sent by a "
+                         "holder of the job's token)");
+  }
   return text;
+}
+
+PeerLink make_link(const CommConfig& o, net::Socket sock, const PeerInfo& peer,
+                   const net::SessionKey& session) {
+  return PeerLink{std::move(sock), peer.host, peer.shm,
+                  std::make_unique<FrameSeal>(session, o.rank, peer.rank)};
+}
+
+std::unique_ptr<FrameSeal> data_seal(const CommConfig& o, PeerLink& link) {
+  if (o.integrity == Integrity::None) return nullptr;
+  return std::move(link.seal);
+}
+
+std::string integrity_mismatch(const CommConfig& o, const PeerInfo& peer) {
+  const bool mine = o.integrity != Integrity::None;
+  if (peer.mac == mine) return "";
+  return "rank " + std::to_string(o.rank) + " uses integrity " +
+         std::string(integrity_name(o.integrity)) + " but rank " + std::to_string(peer.rank) +
+         " uses " + (peer.mac ? "hmac" : "none") +
+         " (comm.integrity must be the same on every rank)";
 }
 
 namespace {
@@ -109,24 +146,26 @@ size_t shm_ring_bytes_for(const CommConfig& o, int local_ranks) {
   return shm_ring_bytes_for_pairs(o, uint64_t(local_ranks) * uint64_t(local_ranks - 1) / 2);
 }
 
-std::string info_of(int rank, int size, const std::string& host, bool shm) {
-  return "rank=" + std::to_string(rank) + " size=" + std::to_string(size) + " host=" + host +
-         " shm=" + (shm ? "1" : "0");
+std::string info_of(const CommConfig& o) {
+  return "rank=" + std::to_string(o.rank) + " size=" + std::to_string(o.size) +
+         " host=" + this_host(o) + " shm=" + (o.transport != Transport::Tcp ? "1" : "0") +
+         " mac=" + (o.integrity != Integrity::None ? "1" : "0");
 }
 
 std::optional<PeerInfo> parse_info(const std::string& s) {
   PeerInfo p;
-  int r = -1, n = -1, shm = -1, used = 0;
+  int r = -1, n = -1, shm = -1, mac = -1, used = 0;
   char host[129] = {};
-  if (std::sscanf(s.c_str(), "rank=%d size=%d host=%128s shm=%d%n", &r, &n, host, &shm, &used) !=
-          4 ||
-      used != static_cast<int>(s.size()) || (shm != 0 && shm != 1)) {
+  if (std::sscanf(s.c_str(), "rank=%d size=%d host=%128s shm=%d mac=%d%n", &r, &n, host, &shm, &mac,
+                  &used) != 5 ||
+      used != static_cast<int>(s.size()) || (shm != 0 && shm != 1) || (mac != 0 && mac != 1)) {
     return std::nullopt;
   }
   p.rank = r;
   p.size = n;
   p.host = host;
   p.shm = shm == 1;
+  p.mac = mac == 1;
   return p;
 }
 
@@ -141,12 +180,13 @@ PeerLink dial_peer(store::Store& store, const CommConfig& o, const std::string& 
   const std::string key = o.store_prefix + "/addr/" + std::to_string(j);
   net::Socket s;
   std::string info;
+  net::SessionKey session{};
   for (Millis backoff{10};; backoff = std::min(backoff * 2, Millis(500))) {
     try {
       store.wait({key}, deadline.remaining());
       auto ep = net::Endpoint::parse(store::to_string(store.get(key)));
       s = net::Socket::connect(ep, deadline);
-      info = net::handshake_as_client(s, o.token, me, deadline);
+      info = net::handshake_as_client(s, o.token, me, deadline, &session);
       break;
     } catch (const TimeoutError& e) {
       throw StallError(j, "connecting to rank " + std::to_string(j) + ": " + e.what());
@@ -168,9 +208,12 @@ PeerLink dial_peer(store::Store& store, const CommConfig& o, const std::string& 
     throw ProtocolError("communicator: rank " + std::to_string(o.rank) + " dialled rank " +
                         std::to_string(j) + " but the peer says '" + info +
                         "' (expected rank=" + std::to_string(j) +
-                        " size=" + std::to_string(o.size) + " host=... shm=0|1)");
+                        " size=" + std::to_string(o.size) + " host=... shm=0|1 mac=0|1)");
   }
-  return PeerLink{std::move(s), peer->host, peer->shm};
+  if (std::string why = integrity_mismatch(o, *peer); !why.empty()) {
+    throw ConfigError("communicator: " + why);
+  }
+  return make_link(o, std::move(s), *peer, session);
 }
 
 std::unique_ptr<transport::Pair> make_pair(const CommConfig& o, int peer, PeerLink& link,
@@ -188,12 +231,12 @@ std::unique_ptr<transport::Pair> make_pair(const CommConfig& o, int peer, PeerLi
     if (peer < o.rank) {  // the creator
       segment = create_segment(o, peer, shm_ring_bytes_for_pairs(o, local_pairs), &refused);
       send_setup_message(
-          link.sock,
+          link,
           segment ? "shm " + segment->name() + " " + std::to_string(segment->ring_bytes())
                   : "tcp " + refused,
           deadline);
       if (segment) {
-        const std::string answer = recv_setup_message(link.sock, peer, deadline);
+        const std::string answer = recv_setup_message(link, peer, deadline);
         segment->unlink();
         if (answer != "ok") {
           if (!starts_with(answer, "tcp ")) {
@@ -205,10 +248,10 @@ std::unique_ptr<transport::Pair> make_pair(const CommConfig& o, int peer, PeerLi
         }
       }
     } else {
-      const std::string offer = recv_setup_message(link.sock, peer, deadline);
+      const std::string offer = recv_setup_message(link, peer, deadline);
       if (starts_with(offer, "shm ")) {
         segment = open_segment(offer, peer, &refused);
-        send_setup_message(link.sock, segment ? "ok" : "tcp " + refused, deadline);
+        send_setup_message(link, segment ? "ok" : "tcp " + refused, deadline);
       } else if (starts_with(offer, "tcp ")) {
         refused = "rank " + std::to_string(peer) + ": " + offer.substr(4);
       } else {
@@ -273,7 +316,7 @@ std::vector<std::unique_ptr<transport::Pair>> make_pairs(const CommConfig& o,
   for (Local& p : local) {
     if (p.peer > o.rank) continue;
     p.segment = create_segment(o, p.peer, ring, &p.refused);
-    net::Socket& s = links[static_cast<size_t>(p.peer)].sock;
+    PeerLink& s = links[static_cast<size_t>(p.peer)];
     send_setup_message(
         s, p.segment ? "shm " + p.segment->name() + " " + std::to_string(ring) : "tcp " + p.refused,
         deadline);
@@ -281,7 +324,7 @@ std::vector<std::unique_ptr<transport::Pair>> make_pairs(const CommConfig& o,
   // 2. Answers to the higher ranks' offers.
   for (Local& p : local) {
     if (p.peer < o.rank) continue;
-    net::Socket& s = links[static_cast<size_t>(p.peer)].sock;
+    PeerLink& s = links[static_cast<size_t>(p.peer)];
     const std::string offer = recv_setup_message(s, p.peer, deadline);
     if (starts_with(offer, "shm ")) {
       p.segment = open_segment(offer, p.peer, &p.refused);
@@ -297,7 +340,7 @@ std::vector<std::unique_ptr<transport::Pair>> make_pairs(const CommConfig& o,
   for (Local& p : local) {
     if (p.peer > o.rank || !p.segment) continue;
     const std::string answer =
-        recv_setup_message(links[static_cast<size_t>(p.peer)].sock, p.peer, deadline);
+        recv_setup_message(links[static_cast<size_t>(p.peer)], p.peer, deadline);
     p.segment->unlink();
     if (answer == "ok") continue;
     if (!starts_with(answer, "tcp ")) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cohort/base/clock.h"
+#include "cohort/comm/frame_seal.h"
 #include "cohort/comm/mesh.h"
 #include "cohort/comm/transport/pair.h"
 #include "cohort/net/socket.h"
@@ -18,16 +19,21 @@ namespace cohort::comm {
 // The listen backlog: a rank of a large world is dialled by many ranks at once.
 inline constexpr int kListenBacklog = 4096;
 
-// What a rank states about itself in the handshake: "rank=R size=N host=H shm=0|1".
+// What a rank states about itself in the handshake: "rank=R size=N host=H shm=0|1 mac=0|1"
+// (mac: its data frames carry tags, CommConfig::integrity).
 struct PeerInfo {
   int rank = -1;
   int size = -1;
   std::string host;
   bool shm = false;
+  bool mac = false;
 };
-std::string info_of(int rank, int size, const std::string& host, bool shm);
+// What this rank states.
+std::string info_of(const CommConfig& o);
 // nullopt if malformed.
 std::optional<PeerInfo> parse_info(const std::string& s);
+// Why this rank cannot talk to `peer` (it does not seal its frames as this rank does), or empty.
+std::string integrity_mismatch(const CommConfig& o, const PeerInfo& peer);
 
 std::string join_ranks(const std::vector<int>& ranks);
 
@@ -37,15 +43,24 @@ struct PeerLink {
   net::Socket sock;  // connected and authenticated
   std::string host;  // the peer's host identity
   bool shm = false;  // the peer would use shared memory
+  // Seals the setup messages on the connection (always) and then its data frames (with
+  // Integrity::Hmac): keyed from the handshake's session key.
+  std::unique_ptr<FrameSeal> seal;
 };
+// A link to `peer` over an authenticated connection with this session key.
+PeerLink make_link(const CommConfig& o, net::Socket sock, const PeerInfo& peer,
+                   const net::SessionKey& session);
+// The seal the pair's data frames carry: the link's under Integrity::Hmac, else none.
+std::unique_ptr<FrameSeal> data_seal(const CommConfig& o, PeerLink& link);
 
 // The host identity this rank states: CommConfig::host_id, or the one it detects.
 const std::string& this_host(const CommConfig& o);
 
-// Length-prefixed setup messages on a connection (at most 512 bytes); ProtocolError naming `peer`
-// on a longer one.
-void send_setup_message(net::Socket& s, const std::string& text, Deadline deadline);
-std::string recv_setup_message(net::Socket& s, int peer, Deadline deadline);
+// Length-prefixed setup messages on a link's connection (at most 512 bytes), each followed by its
+// tag (frame_seal.h): ProtocolError naming `peer` on a longer one, IntegrityError on a message
+// whose tag is wrong (changed on the way, or from someone without the job's token).
+void send_setup_message(PeerLink& link, const std::string& text, Deadline deadline);
+std::string recv_setup_message(PeerLink& link, int peer, Deadline deadline);
 
 // Connects to rank j (once its address is published) and authenticates, stating `me`. A
 // connection that the other side closes during the handshake (busy with too many others, or it

@@ -524,6 +524,9 @@ std::exception_ptr TcpCommunicator::fail(const Op& op, std::exception_ptr raw) {
       err = peer_lost(op, e);
     } catch (const CollectiveMismatchError&) {
       err = raw;  // already names both ranks and both collectives
+    } catch (const IntegrityError& e) {
+      err = std::make_exception_ptr(IntegrityError(what_of(op) + " failed on rank " +
+                                                   std::to_string(rank()) + ": " + e.what()));
     } catch (const ProtocolError& e) {
       err = std::make_exception_ptr(ProtocolError(what_of(op) + " failed on rank " +
                                                   std::to_string(rank()) + ": " + e.what()));

@@ -70,4 +70,20 @@ Transport parse_transport(std::string_view s) {
   throw ConfigError("unknown transport '" + std::string(s) + "' (expected auto, tcp or shm)");
 }
 
+std::string_view integrity_name(Integrity i) {
+  switch (i) {
+    case Integrity::None:
+      return "none";
+    case Integrity::Hmac:
+      return "hmac";
+  }
+  return "?";
+}
+
+Integrity parse_integrity(std::string_view s) {
+  if (s == "none") return Integrity::None;
+  if (s == "hmac") return Integrity::Hmac;
+  throw ConfigError("unknown integrity '" + std::string(s) + "' (expected none or hmac)");
+}
+
 }  // namespace cohort::comm

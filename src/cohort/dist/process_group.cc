@@ -56,6 +56,7 @@ GroupSettings settings_from_environment() {
   }
   try {
     if (auto t = env("COHORT_TRANSPORT"); !t.empty()) s.transport = comm::parse_transport(t);
+    if (auto i = env("COHORT_INTEGRITY"); !i.empty()) s.integrity = comm::parse_integrity(i);
     if (auto a = env("COHORT_ALGORITHM"); !a.empty()) s.algorithm = comm::parse_algorithm(a);
   } catch (const ConfigError& e) {
     throw ConfigError(std::string("cohort backend: ") + e.what());
@@ -85,6 +86,7 @@ ProcessGroupCohort::ProcessGroupCohort(const c10::intrusive_ptr<c10d::Store>& st
       .flight_recorder = recorder,
       .check_collectives = settings_.check_collectives,
       .transport = settings_.transport,
+      .integrity = settings_.integrity,
   };
   comm_ = comm::Communicator::create(store_, config);
   hangs_ = std::make_shared<HangReports>(store, rank, size, recorder);

@@ -10,6 +10,7 @@
 //                           loopback or unset, every interface otherwise)
 //   COHORT_ADVERTISE_HOST   what peers dial (default: the interface that routes to MASTER_ADDR)
 //   COHORT_TRANSPORT        auto | tcp | shm (comm.transport)
+//   COHORT_INTEGRITY        none | hmac (comm.integrity)
 //   COHORT_ALGORITHM        the allreduce algorithm (comm.algorithm)
 //   COHORT_CHECK_COLLECTIVES=1  ranks compare every collective before it runs (debug)
 #pragma once
@@ -31,6 +32,7 @@ struct GroupSettings {
   std::string bind_host;
   std::string advertise_host;
   comm::Transport transport = comm::Transport::Auto;
+  comm::Integrity integrity = comm::Integrity::None;
   comm::Algorithm algorithm = comm::Algorithm::Auto;
   bool check_collectives = false;
 };

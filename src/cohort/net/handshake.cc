@@ -19,6 +19,15 @@ Digest mac(std::string_view token, std::string_view label, const uint8_t* a, con
   return hmac_sha256(token, w.bytes().data(), w.bytes().size());
 }
 
+SessionKey session_key(std::string_view token, const uint8_t* cn, const uint8_t* sn,
+                       std::string_view client_info, std::string_view server_info) {
+  ByteWriter w;
+  const std::string_view label = "cohort-session";
+  w.put_bytes(label.data(), label.size()).put_bytes(cn, kNonce).put_bytes(sn, kNonce);
+  w.put_string(client_info).put_string(server_info);
+  return hmac_sha256(token, w.bytes().data(), w.bytes().size());
+}
+
 void check_info(std::string_view info) {
   if (info.size() > kMaxHandshakeInfo) throw ProtocolError("handshake info too long");
 }
@@ -34,7 +43,7 @@ void send_reject(Socket& s, Deadline deadline) {
 }  // namespace
 
 std::string handshake_as_client(Socket& s, std::string_view token, std::string_view my_info,
-                                Deadline deadline) {
+                                Deadline deadline, SessionKey* session) {
   check_info(my_info);
   uint8_t cn[kNonce];
   random_bytes(cn, kNonce);
@@ -67,6 +76,7 @@ std::string handshake_as_client(Socket& s, std::string_view token, std::string_v
   if (ok.type != static_cast<uint16_t>(MsgType::kAccept)) {
     throw AuthError("server rejected the job token");
   }
+  if (session) *session = session_key(token, cn, sn, my_info, server_info);
   return server_info;
 }
 
@@ -120,8 +130,13 @@ void ServerHandshake::on_response(const Frame& resp) {
   step_ = Step::kDone;
 }
 
+SessionKey ServerHandshake::session() const {
+  if (step_ != Step::kDone) throw Error("internal error: no session key before the handshake ends");
+  return session_key(token_, client_nonce_.data(), server_nonce_.data(), client_info_, my_info_);
+}
+
 std::string handshake_as_server(Socket& s, std::string_view token, std::string_view my_info,
-                                Deadline deadline) {
+                                Deadline deadline, SessionKey* session) {
   ServerHandshake hs(token, my_info);
   write_frame(s, MsgType::kChallenge, hs.on_hello(read_frame(s, deadline, kMaxHandshakeFrame)),
               deadline);
@@ -132,6 +147,7 @@ std::string handshake_as_server(Socket& s, std::string_view token, std::string_v
     throw;
   }
   write_frame(s, MsgType::kAccept, nullptr, 0, deadline);
+  if (session) *session = hs.session();
   return hs.client_info();
 }
 

@@ -6,6 +6,10 @@
 //   Accept
 // Each side proves the token over the other's fresh nonce, so replayed transcripts fail.
 // The infos (e.g. "rank 3") are covered by the MACs and returned to the caller.
+// Both sides also derive a session key, HMAC(token, "cohort-session" | cn | sn | client_info |
+// server_info): fresh for every connection (both nonces are), known only to holders of the token,
+// and never sent. Whatever the connection carries after the handshake can be authenticated with it
+// (comm/frame_seal.h).
 // A side that finds the other's proof wrong sends Reject (best effort) before it gives up, so both
 // ends of a token mismatch raise AuthError.
 #pragma once
@@ -22,12 +26,15 @@
 
 namespace cohort::net {
 
+using SessionKey = std::array<uint8_t, 32>;
+
 // Both throw AuthError if the peer does not prove the token, ProtocolError on malformed
-// messages, TimeoutError when the peer is too slow. Return the peer's info string.
+// messages, TimeoutError when the peer is too slow. Return the peer's info string, and the
+// connection's session key in *session when asked.
 std::string handshake_as_client(Socket& s, std::string_view token, std::string_view my_info,
-                                Deadline deadline);
+                                Deadline deadline, SessionKey* session = nullptr);
 std::string handshake_as_server(Socket& s, std::string_view token, std::string_view my_info,
-                                Deadline deadline);
+                                Deadline deadline, SessionKey* session = nullptr);
 
 // Upper bound on an info string, and on every handshake frame.
 inline constexpr size_t kMaxHandshakeInfo = 1024;
@@ -47,6 +54,8 @@ class ServerHandshake {
   void on_response(const Frame& response);
 
   const std::string& client_info() const { return client_info_; }
+  // The connection's session key, once on_response() has returned.
+  SessionKey session() const;
 
  private:
   enum class Step { kHello, kResponse, kDone };

@@ -32,7 +32,7 @@ const Schema& schema() {
       {"train.optimizer", {"name", "lr", "momentum", "weight_decay", "betas", "eps"}},
       {"train.lr_schedule", {"warmup_steps", "scaling"}},
       {"comm",
-       {"algorithm", "transport", "bucket_mb", "buffers", "timeout_s", "compression",
+       {"algorithm", "transport", "integrity", "bucket_mb", "buffers", "timeout_s", "compression",
         "compression_min_kb", "error_feedback", "int8", "topk", "powersgd"}},
       {"comm.int8", {"chunk", "stochastic_rounding"}},
       {"comm.topk", {"ratio", "warmup_steps"}},
@@ -83,6 +83,7 @@ constexpr auto kFaultKinds = {FaultKind::Kill, FaultKind::Hang, FaultKind::Slow,
 const std::vector<std::string> kAlgorithms = {"auto", "ring", "halving_doubling",
                                               "recursive_doubling", "hierarchical"};
 const std::vector<std::string> kTransports = {"auto", "tcp", "shm"};
+const std::vector<std::string> kIntegrities = {"none", "hmac"};
 const std::vector<std::string> kBufferSyncs = {"broadcast", "average", "none"};
 const std::vector<std::string> kCompressions = {"none", "fp16", "bf16", "int8", "topk", "powersgd"};
 
@@ -554,6 +555,7 @@ JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
   YAML::Node comm = r.section(root, "comm");
   if (auto s = r.get_choice(comm, "comm.algorithm", kAlgorithms)) c.comm.algorithm = *s;
   if (auto s = r.get_choice(comm, "comm.transport", kTransports)) c.comm.transport = *s;
+  if (auto s = r.get_choice(comm, "comm.integrity", kIntegrities)) c.comm.integrity = *s;
   if (auto v =
           r.get_number(comm, "comm.bucket_mb", 0, true, 4096, false, "a number in (0, 4096]")) {
     c.comm.bucket_mb = *v;

@@ -60,6 +60,7 @@ std::string to_yaml(const JobConfig& c) {
   out << YAML::Key << "comm" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "algorithm" << YAML::Value << c.comm.algorithm;
   out << YAML::Key << "transport" << YAML::Value << c.comm.transport;
+  out << YAML::Key << "integrity" << YAML::Value << c.comm.integrity;
   num("bucket_mb", c.comm.bucket_mb);
   out << YAML::Key << "buffers" << YAML::Value << c.comm.buffers;
   num("timeout_s", c.comm.timeout_s);

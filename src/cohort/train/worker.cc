@@ -7,8 +7,8 @@
 
 #include "cohort/base/clock.h"
 #include "cohort/base/error.h"
-#include "cohort/base/host.h"
 #include "cohort/base/file.h"
+#include "cohort/base/host.h"
 #include "cohort/base/log.h"
 #include "cohort/comm/communicator.h"
 #include "cohort/elastic/agent.h"
@@ -77,7 +77,8 @@ int run_worker(const WorkerOptions& options) {
                           .timeout = ms(cfg.comm.timeout_s),
                           .flight_recorder = recorder,
                           .check_collectives = cfg.debug.check_collectives,
-                          .transport = comm::parse_transport(cfg.comm.transport)}});
+                          .transport = comm::parse_transport(cfg.comm.transport),
+                          .integrity = comm::parse_integrity(cfg.comm.integrity)}});
 
     TrainerContext ctx{
         .config = cfg,
