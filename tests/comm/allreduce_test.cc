@@ -62,7 +62,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          Algorithm::RecursiveDoubling, Algorithm::Hierarchical,
                                          Algorithm::Auto),
                        ::testing::Values(Wires::Tcp, Wires::Shm, Wires::Mixed, Wires::Hosts,
-                                         Wires::Lazy, Wires::Sealed)),
+                                         Wires::Lazy, Wires::Hmac, Wires::Gmac)),
     [](const auto& info) {
       return "n" + std::to_string(std::get<0>(info.param)) + "_count" +
              std::to_string(std::get<1>(info.param)) + "_" +

@@ -1,9 +1,9 @@
 // Integrity of the data plane (CommConfig::integrity, frame_seal.h): a man in the middle between
-// two ranks changes, replays, reorders or forges data frames. With Integrity::Hmac the receiving
-// rank fails the operation with IntegrityError naming the collective and the sender, and never
-// uses the bytes; without it, the same attacks silently change the result (which shows the proxy
-// really reaches the data). The collectives suites run every collective with sealed frames too
-// (Wires::Sealed).
+// two ranks changes, replays, reorders or forges data frames. With Integrity::Hmac or Gmac the
+// receiving rank fails the operation with IntegrityError naming the collective and the sender,
+// and never uses the bytes; without it, the same attacks silently change the result (which shows
+// the proxy really reaches the data). The collectives suites run every collective with sealed
+// frames too (Wires::Hmac, Wires::Gmac).
 #include <gtest/gtest.h>
 #include <poll.h>
 
@@ -61,13 +61,13 @@ class RedirectingStore : public store::Store {
 using Tamper = std::function<std::vector<Bytes>(size_t i, Bytes frame)>;
 
 // Sits between a dialling rank and the rank it dials, forwarding bytes both ways. Once armed, it
-// cuts what the dialler sends into data frames (WireHeader, payload, and a tag when `tagged`) and
-// forwards what `tamper` makes of each.
+// cuts what the dialler sends into data frames (WireHeader, payload, and a tag of `tag_bytes`)
+// and forwards what `tamper` makes of each.
 class Proxy {
  public:
-  Proxy(net::Endpoint target, bool tagged)
+  Proxy(net::Endpoint target, size_t tag_bytes)
       : target_(std::move(target)),
-        tagged_(tagged),
+        tag_bytes_(tag_bytes),
         listener_(net::Listener::bind("127.0.0.1", 0)),
         thread_([this] { run(); }) {}
   ~Proxy() {
@@ -116,7 +116,7 @@ class Proxy {
       if (pending_.size() < sizeof(WireHeader)) return;
       WireHeader h;
       std::memcpy(&h, pending_.data(), sizeof(h));
-      const size_t frame = sizeof(WireHeader) + h.bytes + (tagged_ ? sizeof(FrameTag) : 0);
+      const size_t frame = sizeof(WireHeader) + h.bytes + tag_bytes_;
       if (pending_.size() < frame) return;
       Bytes f(pending_.begin(), pending_.begin() + static_cast<long>(frame));
       pending_.erase(pending_.begin(), pending_.begin() + static_cast<long>(frame));
@@ -127,7 +127,7 @@ class Proxy {
   }
 
   net::Endpoint target_;
-  bool tagged_;
+  size_t tag_bytes_;
   net::Listener listener_;
   std::atomic<bool> stop_{false};
   std::mutex mu_;
@@ -143,6 +143,12 @@ struct Outcome {
 };
 
 constexpr size_t kCount = 2048;  // 8 KiB: 32 frames of 256 bytes each way
+
+size_t tag_bytes_of(Integrity integrity) {
+  if (integrity == Integrity::None) return 0;
+  net::SessionKey k{};
+  return FrameMac(mac_for(integrity), k).tag_bytes();
+}
 
 // Two ranks over TCP, rank 1 dialling rank 0 through the proxy; once both are connected the
 // proxy is armed with `tamper`, and they run one allreduce (sum) of distinct values.
@@ -161,7 +167,7 @@ Outcome attacked_allreduce(Integrity integrity, const Tamper& tamper) {
   std::thread rank0([&] { comms[0] = Communicator::create(store, config(0)); });
   store.wait({"comm/addr/0"}, 10s);
   proxy = std::make_unique<Proxy>(net::Endpoint::parse(store::to_string(store.get("comm/addr/0"))),
-                                  integrity != Integrity::None);
+                                  tag_bytes_of(integrity));
   redirected = std::make_unique<RedirectingStore>(store, "comm/addr/0", proxy->address());
   comms[1] = Communicator::create(*redirected, config(1));
   rank0.join();
@@ -268,9 +274,11 @@ std::vector<Attack> attacks() {
 }
 
 TEST(Integrity, EveryAttackOnASealedPairFailsTheOperationNamingTheSender) {
-  for (const Attack& a : attacks()) {
-    SCOPED_TRACE(a.name);
-    expect_refused(attacked_allreduce(Integrity::Hmac, a.tamper));
+  for (Integrity integrity : {Integrity::Hmac, Integrity::Gmac}) {
+    for (const Attack& a : attacks()) {
+      SCOPED_TRACE(std::string(a.name) + " with " + std::string(integrity_name(integrity)));
+      expect_refused(attacked_allreduce(integrity, a.tamper));
+    }
   }
 }
 
@@ -284,10 +292,12 @@ TEST(Integrity, WithoutSealsTheSameAttacksChangeTheResultUnnoticed) {
 }
 
 TEST(Integrity, AnUntouchedSealedPairThroughTheProxyComputesTheRightSum) {
-  const Outcome out =
-      attacked_allreduce(Integrity::Hmac, [](size_t, Bytes f) { return std::vector<Bytes>{f}; });
-  EXPECT_FALSE(out.error) << message_of(out.error);
-  EXPECT_TRUE(is_correct_sum(out.result));
+  for (Integrity integrity : {Integrity::None, Integrity::Hmac, Integrity::Gmac}) {
+    const Outcome out =
+        attacked_allreduce(integrity, [](size_t, Bytes f) { return std::vector<Bytes>{f}; });
+    EXPECT_FALSE(out.error) << message_of(out.error);
+    EXPECT_TRUE(is_correct_sum(out.result)) << integrity_name(integrity);
+  }
 }
 
 TEST(Integrity, RanksThatDisagreeOnSealingRefuseEachOtherAtSetup) {
@@ -313,7 +323,7 @@ TEST(Integrity, RanksThatDisagreeOnSealingRefuseEachOtherAtSetup) {
 }
 
 TEST(Integrity, FramesCarryTagsOnlyWhenSealed) {
-  for (Integrity integrity : {Integrity::None, Integrity::Hmac}) {
+  for (Integrity integrity : {Integrity::None, Integrity::Hmac, Integrity::Gmac}) {
     testing::World world(2, testing::Wires::Tcp, [&](CommConfig& c) { c.integrity = integrity; });
     std::vector<uint64_t> sent(2);
     world.run([&](int r, Communicator& comm) {
@@ -325,8 +335,8 @@ TEST(Integrity, FramesCarryTagsOnlyWhenSealed) {
     // 256-byte segments (test_config): whichever algorithm runs, each rank sends 8 KiB in 32
     // frames.
     const uint64_t frames = kCount * sizeof(float) / 256;
-    const uint64_t per_frame =
-        sizeof(WireHeader) + (integrity == Integrity::Hmac ? sizeof(FrameTag) : 0);
+    const uint64_t tag = integrity == Integrity::Hmac ? 32 : integrity == Integrity::Gmac ? 16 : 0;
+    const uint64_t per_frame = sizeof(WireHeader) + tag;
     EXPECT_EQ(sent[0], kCount * sizeof(float) + frames * per_frame) << integrity_name(integrity);
   }
 }
@@ -351,12 +361,14 @@ TEST(Integrity, SetupMessagesUnderAnotherSessionKeyAreRefused) {
   EXPECT_THROW(recv_setup_message(at0, 1, Deadline::after(5s)), IntegrityError);
 }
 
-TEST(FrameMac, TagsDependOnKeyFrameNumberHeaderAndPayload) {
+class FrameMacs : public ::testing::TestWithParam<MacAlgorithm> {};
+
+TEST_P(FrameMacs, TagsDependOnKeyFrameNumberHeaderAndPayload) {
   net::SessionKey k1{}, k2{};
   k2[31] = 7;
   const uint8_t header[4] = {1, 2, 3, 4}, payload[3] = {9, 8, 7};
   auto tag = [&](const net::SessionKey& k, int skip, uint8_t last) {
-    FrameMac m(k);
+    FrameMac m(GetParam(), k);
     for (int i = 0; i < skip; ++i) {
       m.begin(header, 4);
       m.finish();
@@ -371,9 +383,32 @@ TEST(FrameMac, TagsDependOnKeyFrameNumberHeaderAndPayload) {
   EXPECT_FALSE(tags_equal(base, tag(k2, 0, 7)));  // another key
   EXPECT_FALSE(tags_equal(base, tag(k1, 1, 7)));  // another place in the stream
   EXPECT_FALSE(tags_equal(base, tag(k1, 0, 6)));  // another payload
+  // The same bytes fed in other pieces give the same tag.
+  FrameMac m(GetParam(), k1);
+  m.begin(header, 2);
+  m.update(header + 2, 2);
+  m.update(payload, 1);
+  m.update(payload + 1, 2);
+  EXPECT_TRUE(tags_equal(base, m.finish()));
   // Each direction of a pair has a key of its own.
   EXPECT_NE(frame_key(k1, 0, 1), frame_key(k1, 1, 0));
 }
+
+// A tag is the MAC's whole output: 32 bytes of HMAC-SHA256, 16 of GMAC, and nothing after them.
+TEST_P(FrameMacs, TagsHaveTheMacsLength) {
+  net::SessionKey k{};
+  FrameMac m(GetParam(), k);
+  m.begin("x", 1);
+  const FrameTag t = m.finish();
+  EXPECT_EQ(m.tag_bytes(), GetParam() == MacAlgorithm::HmacSha256 ? 32u : 16u);
+  for (size_t i = m.tag_bytes(); i < t.size(); ++i) EXPECT_EQ(t[i], 0) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, FrameMacs,
+                         ::testing::Values(MacAlgorithm::HmacSha256, MacAlgorithm::AesGmac),
+                         [](const auto& info) {
+                           return info.param == MacAlgorithm::HmacSha256 ? "hmac" : "gmac";
+                         });
 
 }  // namespace
 }  // namespace cohort::comm

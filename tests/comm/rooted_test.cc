@@ -166,7 +166,7 @@ TEST(RootedErrors, BadArgumentsFailOnTheCallersThread) {
 INSTANTIATE_TEST_SUITE_P(WorldSizesTransports, Rooted,
                          ::testing::Combine(::testing::Values(1, 2, 3, 5),
                                             ::testing::Values(Wires::Tcp, Wires::Shm, Wires::Lazy,
-                                                              Wires::Sealed)),
+                                                              Wires::Hmac, Wires::Gmac)),
                          [](const auto& info) {
                            return "n" + std::to_string(std::get<0>(info.param)) + "_" +
                                   testing::wires_name(std::get<1>(info.param));

@@ -32,9 +32,9 @@ inline CommConfig test_config(int rank, int size) {
 // pairs within a host are shared memory, pairs across TCP, and Auto picks the hierarchical
 // allreduce; odd worlds have hosts of different sizes, and neither host's ranks are contiguous.
 // Lazy: the same two hosts, every pair connected on first use (CommConfig::connect_all_up_to), as
-// in a world too large for a full mesh. Sealed: the same two hosts with every data frame carrying
-// its HMAC (CommConfig::integrity), over shared memory and TCP.
-enum class Wires { Tcp, Shm, Mixed, Hosts, Lazy, Sealed };
+// in a world too large for a full mesh. Hmac, Gmac: the same two hosts with every data frame
+// sealed (CommConfig::integrity), over shared memory and TCP.
+enum class Wires { Tcp, Shm, Mixed, Hosts, Lazy, Hmac, Gmac };
 
 inline std::string wires_name(Wires w) {
   switch (w) {
@@ -48,8 +48,10 @@ inline std::string wires_name(Wires w) {
       return "hosts";
     case Wires::Lazy:
       return "lazy";
-    case Wires::Sealed:
-      return "sealed";
+    case Wires::Hmac:
+      return "hmac";
+    case Wires::Gmac:
+      return "gmac";
   }
   return "?";
 }
@@ -58,11 +60,12 @@ inline void use_wires(CommConfig& c, Wires w) {
   if (w == Wires::Tcp) c.transport = Transport::Tcp;
   if (w == Wires::Shm) c.transport = Transport::Shm;
   if (w == Wires::Mixed) c.transport = c.rank % 2 ? Transport::Tcp : Transport::Auto;
-  if (w == Wires::Hosts || w == Wires::Lazy || w == Wires::Sealed) {
+  if (w == Wires::Hosts || w == Wires::Lazy || w == Wires::Hmac || w == Wires::Gmac) {
     c.host_id = c.rank % 2 ? "odd" : "even";
   }
   if (w == Wires::Lazy) c.connect_all_up_to = 1;
-  if (w == Wires::Sealed) c.integrity = Integrity::Hmac;
+  if (w == Wires::Hmac) c.integrity = Integrity::Hmac;
+  if (w == Wires::Gmac) c.integrity = Integrity::Gmac;
 }
 
 // Runs fn(rank) on `n` threads at once and rethrows the first exception any of them raised.

@@ -100,6 +100,7 @@ TEST(JobConfig, ToYamlRoundTrips) {
                        "join_timeout_s: 30}"),
            std::string("comm: {compression: int8, int8: {chunk: 64, stochastic_rounding: false}}"),
            std::string("comm: {integrity: hmac, transport: tcp}"),
+           std::string("comm: {integrity: gmac}"),
            std::string("comm: {compression: topk, topk: {ratio: 0.05}, error_feedback: false}"),
            std::string("comm: {compression: powersgd, compression_min_kb: 0, "
                        "powersgd: {rank: 2, warmup_steps: 0}}"),
@@ -223,7 +224,7 @@ TEST(JobConfigErrors, UnknownKeysSuggestTheClosestOne) {
   EXPECT_EQ(error_of("comm: {transport: infiniband}"),
             "job.yaml:1:19: comm.transport: expected one of auto, tcp, shm, got \"infiniband\"");
   EXPECT_EQ(error_of("comm: {integrity: tls}"),
-            "job.yaml:1:19: comm.integrity: expected one of none, hmac, got \"tls\"");
+            "job.yaml:1:19: comm.integrity: expected one of none, hmac, gmac, got \"tls\"");
   EXPECT_EQ(error_of("comm: {buffers: sync}"),
             "job.yaml:1:17: comm.buffers: expected one of broadcast, average, none, got \"sync\"");
   EXPECT_EQ(error_of("model: {name: lenet}"),

@@ -61,7 +61,7 @@ constexpr const char* kUsage =
     "                     default 1; 0: a whole block per step)\n"
     "  --transport NAME   auto | tcp | shm: what carries the ranks' pairs (CommConfig::transport,\n"
     "                     default auto: shared memory)\n"
-    "  --integrity NAME   none | hmac: whether data frames carry an HMAC\n"
+    "  --integrity NAME   none | hmac | gmac: how data frames are authenticated\n"
     "                     (CommConfig::integrity, default none)\n"
     "  --spin-us US       how long a small operation polls before it sleeps\n"
     "                     (CommConfig::spin_wait, default 20; 0: never)\n"

@@ -25,16 +25,17 @@ void allgather_ring(OpContext& ctx, Buffer in, Buffer out) {
     size_t lo = k * seg, hi = std::min(lo + seg, m);
     return Segment{out.byte_ptr() + static_cast<size_t>(block) * bytes + lo * es, (hi - lo) * es};
   };
-  SendPlan send{.peer = wrap(r + 1, n),
-                .count = steps * K,
-                .segment = [&](size_t i) { return at(wrap(r - static_cast<int>(i / K), n), i % K); },
-                .lag = K};
-  RecvPlan recv{.peer = wrap(r - 1, n),
-                .count = steps * K,
-                .segment =
-                    [&](size_t i) { return at(wrap(r - static_cast<int>(i / K) - 1, n), i % K); },
-                .on_segment = {},
-                .lag = kNoLag};
+  SendPlan send{
+      .peer = wrap(r + 1, n),
+      .count = steps * K,
+      .segment = [&](size_t i) { return at(wrap(r - static_cast<int>(i / K), n), i % K); },
+      .lag = K};
+  RecvPlan recv{
+      .peer = wrap(r - 1, n),
+      .count = steps * K,
+      .segment = [&](size_t i) { return at(wrap(r - static_cast<int>(i / K) - 1, n), i % K); },
+      .on_segment = {},
+      .lag = kNoLag};
   ctx.run(&send, &recv);
 }
 

@@ -88,8 +88,7 @@ void allreduce_halving_doubling(OpContext& ctx, Buffer buf, ReduceOp op) {
       const bool lower = (v & d) == 0;
       const int klo = lower ? lo : mid, khi = lower ? mid : hi;
       const int glo = lower ? mid : lo, ghi = lower ? hi : mid;
-      swap_ranges(ctx, real_rank(v ^ d), elems(glo, ghi), elems(klo, khi), buf.dtype, &op,
-                  scratch);
+      swap_ranges(ctx, real_rank(v ^ d), elems(glo, ghi), elems(klo, khi), buf.dtype, &op, scratch);
       lo = klo;
       hi = khi;
     }

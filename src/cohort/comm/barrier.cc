@@ -9,12 +9,12 @@ void barrier(OpContext& ctx) {
   const int n = ctx.size(), r = ctx.rank();
   uint64_t token = ctx.id.seq, got = 0;
   for (int k = 1; k < n; k *= 2) {
-    SendPlan send{.peer = wrap(r + k, n),
-                  .count = 1,
-                  .segment = [&](size_t) { return Segment{reinterpret_cast<uint8_t*>(&token), 8}; }};
-    RecvPlan recv{.peer = wrap(r - k, n),
-                  .count = 1,
-                  .segment = [&](size_t) { return Segment{reinterpret_cast<uint8_t*>(&got), 8}; }};
+    SendPlan send{.peer = wrap(r + k, n), .count = 1, .segment = [&](size_t) {
+                    return Segment{reinterpret_cast<uint8_t*>(&token), 8};
+                  }};
+    RecvPlan recv{.peer = wrap(r - k, n), .count = 1, .segment = [&](size_t) {
+                    return Segment{reinterpret_cast<uint8_t*>(&got), 8};
+                  }};
     ctx.run(&send, &recv);
   }
 }

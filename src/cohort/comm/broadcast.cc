@@ -39,7 +39,9 @@ void broadcast(OpContext& ctx, Buffer buf, int root) {
     return;
   }
 
-  SendPlan send{.peer = real_rank(v + 1), .count = all.count(), .segment = segment,
+  SendPlan send{.peer = real_rank(v + 1),
+                .count = all.count(),
+                .segment = segment,
                 .lag = v == 0 ? kNoLag : 0};
   RecvPlan recv{.peer = real_rank(v - 1), .count = all.count(), .segment = segment};
   ctx.run(v + 1 < n ? &send : nullptr, v > 0 ? &recv : nullptr);

@@ -117,8 +117,8 @@ struct CommConfig {
   // that the hierarchical allreduce keeps each socket's traffic local), or to group ranks that run
   // in containers of separate network namespaces on one machine.
   std::string host_id;
-  // Whether data frames carry an HMAC (types.h, frame_seal.h). Every rank of a communicator must
-  // say the same: a rank that does not is refused at setup, naming both.
+  // Whether and how data frames are authenticated (types.h, frame_seal.h). Every rank of a
+  // communicator must say the same: a rank that does not is refused at setup, naming both.
   Integrity integrity = Integrity::None;
   // Worlds of at most this many ranks connect every pair at setup (a full mesh). Larger ones
   // connect a pair when an operation first needs it (mesh.h), so that a rank holds connections

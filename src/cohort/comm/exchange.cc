@@ -41,7 +41,7 @@ struct SendState {
   size_t off = 0;  // bytes of header + payload (+ tag) sent
 
   bool done() const { return !plan || i == plan->count; }
-  size_t tag_bytes() const { return mac ? sizeof(FrameTag) : 0; }
+  size_t tag_bytes() const { return mac ? mac->tag_bytes() : 0; }
 };
 
 struct RecvState {
@@ -250,15 +250,16 @@ class Engine {
     if (tags_equal(r_.tag, r_.mac->finish())) return;
     const int peer = r_.plan->peer;
     throw IntegrityError(describe(id_.kind, id_.seq, id_.tag) + ": data from " + rank_str(peer) +
-                         " failed its integrity check (comm.integrity: hmac): it was changed, "
+                         " failed its integrity check (comm.integrity): it was changed, "
                          "injected, replayed or reordered on the way from " +
                          rank_str(peer) + " to this rank");
   }
 
   // Reads the frame's tag; true once it has arrived and matches.
   bool read_tag(bool& progress) {
-    while (r_.tag_got < r_.tag.size()) {
-      size_t k = read_some(r_.plan->peer, r_.tag.data() + r_.tag_got, r_.tag.size() - r_.tag_got);
+    const size_t want = r_.mac->tag_bytes();
+    while (r_.tag_got < want) {
+      size_t k = read_some(r_.plan->peer, r_.tag.data() + r_.tag_got, want - r_.tag_got);
       if (k == 0) return false;
       progress = true;
       r_.tag_got += k;

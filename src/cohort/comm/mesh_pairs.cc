@@ -33,7 +33,7 @@ void send_setup_message(PeerLink& link, const std::string& text, Deadline deadli
   const FrameTag tag = mac.finish();
   std::string message(reinterpret_cast<const char*>(&n), sizeof(n));
   message += text;
-  message.append(reinterpret_cast<const char*>(tag.data()), tag.size());
+  message.append(reinterpret_cast<const char*>(tag.data()), mac.tag_bytes());
   link.sock.send_all(message.data(), message.size(), deadline);
 }
 
@@ -47,9 +47,9 @@ std::string recv_setup_message(PeerLink& link, int peer, Deadline deadline) {
   }
   std::string text(n, '\0');
   link.sock.recv_all(text.data(), n, deadline);
-  FrameTag tag;
-  link.sock.recv_all(tag.data(), tag.size(), deadline);
   FrameMac& mac = link.seal->recv();
+  FrameTag tag{};
+  link.sock.recv_all(tag.data(), mac.tag_bytes(), deadline);
   mac.begin(&n, sizeof(n));
   mac.update(text.data(), text.size());
   if (!tags_equal(tag, mac.finish())) {
@@ -64,7 +64,7 @@ std::string recv_setup_message(PeerLink& link, int peer, Deadline deadline) {
 PeerLink make_link(const CommConfig& o, net::Socket sock, const PeerInfo& peer,
                    const net::SessionKey& session) {
   return PeerLink{std::move(sock), peer.host, peer.shm,
-                  std::make_unique<FrameSeal>(session, o.rank, peer.rank)};
+                  std::make_unique<FrameSeal>(mac_for(o.integrity), session, o.rank, peer.rank)};
 }
 
 std::unique_ptr<FrameSeal> data_seal(const CommConfig& o, PeerLink& link) {
@@ -73,11 +73,10 @@ std::unique_ptr<FrameSeal> data_seal(const CommConfig& o, PeerLink& link) {
 }
 
 std::string integrity_mismatch(const CommConfig& o, const PeerInfo& peer) {
-  const bool mine = o.integrity != Integrity::None;
-  if (peer.mac == mine) return "";
+  if (peer.integrity == o.integrity) return "";
   return "rank " + std::to_string(o.rank) + " uses integrity " +
          std::string(integrity_name(o.integrity)) + " but rank " + std::to_string(peer.rank) +
-         " uses " + (peer.mac ? "hmac" : "none") +
+         " uses " + std::string(integrity_name(peer.integrity)) +
          " (comm.integrity must be the same on every rank)";
 }
 
@@ -149,7 +148,7 @@ size_t shm_ring_bytes_for(const CommConfig& o, int local_ranks) {
 std::string info_of(const CommConfig& o) {
   return "rank=" + std::to_string(o.rank) + " size=" + std::to_string(o.size) +
          " host=" + this_host(o) + " shm=" + (o.transport != Transport::Tcp ? "1" : "0") +
-         " mac=" + (o.integrity != Integrity::None ? "1" : "0");
+         " mac=" + std::to_string(static_cast<int>(o.integrity));
 }
 
 std::optional<PeerInfo> parse_info(const std::string& s) {
@@ -158,14 +157,15 @@ std::optional<PeerInfo> parse_info(const std::string& s) {
   char host[129] = {};
   if (std::sscanf(s.c_str(), "rank=%d size=%d host=%128s shm=%d mac=%d%n", &r, &n, host, &shm, &mac,
                   &used) != 5 ||
-      used != static_cast<int>(s.size()) || (shm != 0 && shm != 1) || (mac != 0 && mac != 1)) {
+      used != static_cast<int>(s.size()) || (shm != 0 && shm != 1) || mac < 0 ||
+      mac > static_cast<int>(Integrity::Gmac)) {
     return std::nullopt;
   }
   p.rank = r;
   p.size = n;
   p.host = host;
   p.shm = shm == 1;
-  p.mac = mac == 1;
+  p.integrity = static_cast<Integrity>(mac);
   return p;
 }
 
@@ -208,7 +208,7 @@ PeerLink dial_peer(store::Store& store, const CommConfig& o, const std::string& 
     throw ProtocolError("communicator: rank " + std::to_string(o.rank) + " dialled rank " +
                         std::to_string(j) + " but the peer says '" + info +
                         "' (expected rank=" + std::to_string(j) +
-                        " size=" + std::to_string(o.size) + " host=... shm=0|1 mac=0|1)");
+                        " size=" + std::to_string(o.size) + " host=... shm=0|1 mac=0|1|2)");
   }
   if (std::string why = integrity_mismatch(o, *peer); !why.empty()) {
     throw ConfigError("communicator: " + why);

@@ -19,14 +19,14 @@ namespace cohort::comm {
 // The listen backlog: a rank of a large world is dialled by many ranks at once.
 inline constexpr int kListenBacklog = 4096;
 
-// What a rank states about itself in the handshake: "rank=R size=N host=H shm=0|1 mac=0|1"
-// (mac: its data frames carry tags, CommConfig::integrity).
+// What a rank states about itself in the handshake: "rank=R size=N host=H shm=0|1 mac=0|1|2"
+// (mac: how its data frames are sealed, CommConfig::integrity).
 struct PeerInfo {
   int rank = -1;
   int size = -1;
   std::string host;
   bool shm = false;
-  bool mac = false;
+  Integrity integrity = Integrity::None;
 };
 // What this rank states.
 std::string info_of(const CommConfig& o);
@@ -44,13 +44,13 @@ struct PeerLink {
   std::string host;  // the peer's host identity
   bool shm = false;  // the peer would use shared memory
   // Seals the setup messages on the connection (always) and then its data frames (with
-  // Integrity::Hmac): keyed from the handshake's session key.
+  // Integrity::Hmac or Gmac): keyed from the handshake's session key.
   std::unique_ptr<FrameSeal> seal;
 };
 // A link to `peer` over an authenticated connection with this session key.
 PeerLink make_link(const CommConfig& o, net::Socket sock, const PeerInfo& peer,
                    const net::SessionKey& session);
-// The seal the pair's data frames carry: the link's under Integrity::Hmac, else none.
+// The seal the pair's data frames carry: the link's unless Integrity::None, else none.
 std::unique_ptr<FrameSeal> data_seal(const CommConfig& o, PeerLink& link);
 
 // The host identity this rank states: CommConfig::host_id, or the one it detects.

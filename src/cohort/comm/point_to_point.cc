@@ -8,9 +8,9 @@
 namespace cohort::comm {
 
 void send_message(OpContext& ctx, Buffer buf, int dst) {
-  SendPlan send{.peer = dst,
-                .count = 1,
-                .segment = [&](size_t) { return Segment{buf.byte_ptr(), buf.bytes()}; }};
+  SendPlan send{.peer = dst, .count = 1, .segment = [&](size_t) {
+                  return Segment{buf.byte_ptr(), buf.bytes()};
+                }};
   ctx.run(&send, nullptr);
 }
 
@@ -18,8 +18,8 @@ void recv_message(OpContext& ctx, Buffer buf, int src) {
   auto& stash = ctx.mesh.stash(ctx.mesh_rank(src));
   for (auto it = stash.begin(); it != stash.end(); ++it) {
     if (it->tag != ctx.id.tag) continue;
-    const std::string what = "rank " + std::to_string(src) + " sent a message with tag " +
-                             std::to_string(it->tag);
+    const std::string what =
+        "rank " + std::to_string(src) + " sent a message with tag " + std::to_string(it->tag);
     if (it->dtype != static_cast<uint8_t>(buf.dtype)) {
       throw ProtocolError(what + " of " + std::string(dtype_name(static_cast<DType>(it->dtype))) +
                           " but the recv expects " + std::string(dtype_name(buf.dtype)));
@@ -32,9 +32,9 @@ void recv_message(OpContext& ctx, Buffer buf, int src) {
     stash.erase(it);
     return;
   }
-  RecvPlan recv{.peer = src,
-                .count = 1,
-                .segment = [&](size_t) { return Segment{buf.byte_ptr(), buf.bytes()}; }};
+  RecvPlan recv{.peer = src, .count = 1, .segment = [&](size_t) {
+                  return Segment{buf.byte_ptr(), buf.bytes()};
+                }};
   ctx.run(nullptr, &recv);
 }
 

@@ -52,7 +52,10 @@ void reduce_scatter_ring(OpContext& ctx, Buffer in, Buffer out, ReduceOp op) {
                 .lag = K};
   RecvPlan recv{.peer = wrap(r - 1, n),
                 .count = steps * K,
-                .segment = [&](size_t i) { return Segment{landing, seg_of(i % K).second}; },
+                .segment =
+                    [&](size_t i) {
+                      return Segment{landing, seg_of(i % K).second};
+                    },
                 .on_segment =
                     [&](size_t i) {
                       size_t s = i / K;

@@ -76,6 +76,8 @@ std::string_view integrity_name(Integrity i) {
       return "none";
     case Integrity::Hmac:
       return "hmac";
+    case Integrity::Gmac:
+      return "gmac";
   }
   return "?";
 }
@@ -83,7 +85,8 @@ std::string_view integrity_name(Integrity i) {
 Integrity parse_integrity(std::string_view s) {
   if (s == "none") return Integrity::None;
   if (s == "hmac") return Integrity::Hmac;
-  throw ConfigError("unknown integrity '" + std::string(s) + "' (expected none or hmac)");
+  if (s == "gmac") return Integrity::Gmac;
+  throw ConfigError("unknown integrity '" + std::string(s) + "' (expected none, hmac or gmac)");
 }
 
 }  // namespace cohort::comm

@@ -10,7 +10,7 @@
 //                           loopback or unset, every interface otherwise)
 //   COHORT_ADVERTISE_HOST   what peers dial (default: the interface that routes to MASTER_ADDR)
 //   COHORT_TRANSPORT        auto | tcp | shm (comm.transport)
-//   COHORT_INTEGRITY        none | hmac (comm.integrity)
+//   COHORT_INTEGRITY        none | hmac | gmac (comm.integrity)
 //   COHORT_ALGORITHM        the allreduce algorithm (comm.algorithm)
 //   COHORT_CHECK_COLLECTIVES=1  ranks compare every collective before it runs (debug)
 #pragma once

@@ -83,7 +83,7 @@ constexpr auto kFaultKinds = {FaultKind::Kill, FaultKind::Hang, FaultKind::Slow,
 const std::vector<std::string> kAlgorithms = {"auto", "ring", "halving_doubling",
                                               "recursive_doubling", "hierarchical"};
 const std::vector<std::string> kTransports = {"auto", "tcp", "shm"};
-const std::vector<std::string> kIntegrities = {"none", "hmac"};
+const std::vector<std::string> kIntegrities = {"none", "hmac", "gmac"};
 const std::vector<std::string> kBufferSyncs = {"broadcast", "average", "none"};
 const std::vector<std::string> kCompressions = {"none", "fp16", "bf16", "int8", "topk", "powersgd"};
 

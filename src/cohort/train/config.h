@@ -85,7 +85,8 @@ struct CommConfig {
   std::string algorithm = "auto";
   // What carries the pairs of workers on one host: auto | tcp | shm (comm::parse_transport).
   std::string transport = "auto";
-  // Whether the data frames between workers carry an HMAC: none | hmac (comm::parse_integrity).
+  // Whether the data frames between workers carry a MAC: none | hmac | gmac
+  // (comm::parse_integrity).
   std::string integrity = "none";
   double bucket_mb = 25.0;
   // The model's buffers (BatchNorm's running statistics) at every step: broadcast from rank 0 |
