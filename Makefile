@@ -5,7 +5,7 @@ BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: deps configure build run test install test-asan test-asan-all test-tsan fuzz bench-training bench-compare bench-scale bench-python bench-python-elastic bench-compression bench-sync bench-recovery accuracy-compression bench-trace format lint clean
+.PHONY: deps configure build run test install test-asan test-asan-all test-tsan fuzz bench-training bench-compare bench-scale bench-python bench-python-elastic bench-compression bench-sync bench-recovery soak accuracy-compression bench-trace format lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -84,6 +84,13 @@ accuracy-compression: build
 # Recovery from a killed worker: Cohort against TorchElastic; writes its section of BENCHMARKS.md.
 bench-recovery: build
 	scripts/bench-recovery.sh
+
+# The soak drill (needs root): a 4-worker job on the emulated cluster for SOAK_MINUTES (10) under a
+# random fault every 20-40 s; fails unless the job finished with every sample of every epoch trained
+# on once, every checkpoint verifying and nothing of the job left; writes its section of
+# BENCHMARKS.md (scripts/soak.py).
+soak: build
+	/usr/bin/python3 scripts/soak.py $(BUILD)/cohort $(BUILD)/soak --report BENCHMARKS.md
 
 # The cost of the timeline on step time (trace.enabled on against off).
 bench-trace: build

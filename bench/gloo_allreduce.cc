@@ -1,16 +1,21 @@
 // Gloo's allreduce algorithms measured with Cohort's method (cohort/cli/bench_method.h).
 //
-//   gloo_allreduce --ranks N --sizes 4K,1M,64M [--algo ring,ring_chunked,halving_doubling]
+//   gloo_allreduce --ranks N --sizes 4K,1M,64M [--algo ring,ring_chunked,halving_doubling,...]
 //                  [--iters K] [--warmup W]
+//
+// Algorithms: the legacy classes (ring, ring_chunked, halving_doubling) and the current API
+// (gloo/allreduce.h: current_ring, current_bcube), which is what PyTorch's ProcessGroupGloo runs.
 //
 // The process forks itself into N ranks (before any Gloo object exists, so no thread is forked).
 // The ranks rendezvous through a gloo::rendezvous::FileStore in a fresh temporary directory and
 // connect a full mesh over Gloo's TCP transport on 127.0.0.1. Rank 0 prints one JSON line per
 // (algorithm, size) in the same shape as `cohort bench allreduce --json`. A rank that fails makes
 // the launcher kill the others and exit non-zero; ranks die with the launcher (PR_SET_PDEATHSIG).
+#include <gloo/allreduce.h>
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/allreduce_ring.h>
 #include <gloo/allreduce_ring_chunked.h>
+#include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/prefix_store.h>
@@ -40,7 +45,8 @@ namespace cb = cohort::bench;
 struct Options {
   int ranks = 2;
   std::vector<uint64_t> sizes;
-  std::vector<std::string> algos = {"ring", "ring_chunked", "halving_doubling"};
+  std::vector<std::string> algos = {"ring", "ring_chunked", "halving_doubling", "current_ring",
+                                    "current_bcube"};
   cb::MethodOptions method;
   std::chrono::seconds timeout{120};
 };
@@ -81,13 +87,40 @@ Options parse(int argc, char** argv) {
   }
   if (o.ranks < 1) throw std::invalid_argument("--ranks must be at least 1");
   for (const auto& a : o.algos) {
-    if (a != "ring" && a != "ring_chunked" && a != "halving_doubling") {
-      throw std::invalid_argument("unknown algorithm '" + a +
-                                  "' (ring, ring_chunked, halving_doubling)");
+    if (a != "ring" && a != "ring_chunked" && a != "halving_doubling" && a != "current_ring" &&
+        a != "current_bcube") {
+      throw std::invalid_argument(
+          "unknown algorithm '" + a +
+          "' (ring, ring_chunked, halving_doubling, current_ring, current_bcube)");
     }
   }
   return o;
 }
+
+// Gloo's current API (gloo/allreduce.h), as PyTorch's ProcessGroupGloo calls it for allreduce:
+// options naming the algorithm, the output buffer, the reduction and a tag that is new for every
+// collective, then gloo::allreduce; the buffers are bound anew on every call, as there.
+class CurrentApiAllreduce final : public gloo::Algorithm {
+ public:
+  CurrentApiAllreduce(const std::shared_ptr<gloo::Context>& ctx,
+                      gloo::AllreduceOptions::Algorithm algorithm, float* data, int count)
+      : gloo::Algorithm(ctx), algorithm_(algorithm), data_(data), count_(count) {}
+  void run() override {
+    gloo::AllreduceOptions opts(context_);
+    opts.setAlgorithm(algorithm_);
+    opts.setOutput(data_, static_cast<size_t>(count_));
+    opts.setReduceFunction(
+        static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    opts.setTag(tag_++);
+    gloo::allreduce(opts);
+  }
+
+ private:
+  gloo::AllreduceOptions::Algorithm algorithm_;
+  float* data_;
+  int count_;
+  uint32_t tag_ = 0;
+};
 
 std::unique_ptr<gloo::Algorithm> make_allreduce(const std::string& algo,
                                                 const std::shared_ptr<gloo::Context>& ctx,
@@ -96,6 +129,14 @@ std::unique_ptr<gloo::Algorithm> make_allreduce(const std::string& algo,
   if (algo == "ring") return std::make_unique<gloo::AllreduceRing<float>>(ctx, ptrs, count);
   if (algo == "ring_chunked") {
     return std::make_unique<gloo::AllreduceRingChunked<float>>(ctx, ptrs, count);
+  }
+  if (algo == "current_ring") {
+    return std::make_unique<CurrentApiAllreduce>(ctx, gloo::AllreduceOptions::Algorithm::RING, data,
+                                                 count);
+  }
+  if (algo == "current_bcube") {
+    return std::make_unique<CurrentApiAllreduce>(ctx, gloo::AllreduceOptions::Algorithm::BCUBE,
+                                                 data, count);
   }
   return std::make_unique<gloo::AllreduceHalvingDoubling<float>>(ctx, ptrs, count);
 }
@@ -153,6 +194,7 @@ int run_rank(const Options& o, int rank, const std::string& store_dir) {
                      .ranks = n,
                      .bytes = bytes,
                      .time_us = m.time_us,
+                     .mean_us = m.mean_us,
                      .iters = m.iters,
                      .setup_ms = setup[0]};
         std::printf("%s\n", cb::to_json(r).c_str());

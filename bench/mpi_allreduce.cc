@@ -1,12 +1,15 @@
 // MPI_Allreduce (float32, sum, in place) measured with Cohort's method (cohort/cli/bench_method.h).
 //
 //   mpirun --allow-run-as-root --oversubscribe -np N --mca pml ob1 --mca btl tcp,self
-//       mpi_allreduce --sizes 4K,1M,64M --transport tcp [--iters K] [--warmup W]
+//       mpi_allreduce --sizes 4K,1M,64M --transport tcp [--algorithm LABEL]
+//                     [--iters K] [--warmup W]
 //
 // The algorithm is whatever the MPI library selects for the size and rank count (Open MPI's
-// "tuned" collective component); it is reported as "default". --transport only labels the output:
-// the byte transfer layer is chosen by mpirun's --mca btl. Rank 0 prints one JSON line per size in
-// the same shape as `cohort bench allreduce --json`.
+// "tuned" collective component), reported as "default", unless mpirun's --mca settings choose one
+// (coll_tuned_use_dynamic_rules 1, coll_tuned_allreduce_algorithm K): --algorithm then names it in
+// the output. --transport only labels the output too: the byte transfer layer is chosen by
+// mpirun's --mca btl. Rank 0 prints one JSON line per size in the same shape as
+// `cohort bench allreduce --json`.
 #include <mpi.h>
 
 #include <chrono>
@@ -26,6 +29,7 @@ namespace cb = cohort::bench;
 int run(int argc, char** argv, int rank, int size) {
   std::vector<uint64_t> sizes = cb::parse_sizes("4K,64K,1M,16M,64M", sizeof(float));
   std::string transport = "tcp";
+  std::string algorithm = "default";
   cb::MethodOptions method;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -37,6 +41,8 @@ int run(int argc, char** argv, int rank, int size) {
       sizes = cb::parse_sizes(value(), sizeof(float));
     else if (a == "--transport")
       transport = value();
+    else if (a == "--algorithm")
+      algorithm = value();
     else if (a == "--iters")
       method.iters = std::stoi(value());
     else if (a == "--warmup")
@@ -69,12 +75,13 @@ int run(int argc, char** argv, int rank, int size) {
                         MPI_COMM_WORLD);
         });
     if (rank == 0) {
-      cb::Result r{.algorithm = "default",
+      cb::Result r{.algorithm = algorithm,
                    .library = "openmpi",
                    .transport = transport,
                    .ranks = size,
                    .bytes = bytes,
                    .time_us = m.time_us,
+                   .mean_us = m.mean_us,
                    .iters = m.iters,
                    .setup_ms = g_setup_ms};
       std::printf("%s\n", cb::to_json(r).c_str());

@@ -269,8 +269,15 @@ void JobWorker::fail(const std::string& what, bool timed_out) {
   if (ended_) return;
   ended_ = true;
   try {
+    // No longer than the coordinator waits before it declares this worker lost: a coordinator
+    // that is gone must not keep the worker alive for the store's whole timeout.
+    store_->set_timeout(
+        std::chrono::milliseconds(static_cast<long>(config_.elastic.failure_timeout_s * 1000)));
     // Before the failure record: the launcher reads this when it sees the failure.
-    trace::publish_final_report(*store_, elastic::keys::kDebugPrefix, *recorder_, what, timed_out);
+    if (!trace::publish_final_report(*store_, elastic::keys::kDebugPrefix, *recorder_, what,
+                                     timed_out)) {
+      return;  // the coordinator is out of reach
+    }
     json status = status_;
     status["state"] = "failed";
     status["error"] = what;

@@ -149,6 +149,10 @@ TEST(RunJob, ResumeContinuesBitwiseExactly) {
   EXPECT_EQ(s2["steps"], 60);
   EXPECT_EQ(s1["per_rank"][0]["parameter_digest"], s2["per_rank"][0]["parameter_digest"]);
   EXPECT_EQ(s1["test_accuracy"], s2["test_accuracy"]);
+  // The checkpoint carries the committed sample counts: the resumed run's summary counts the
+  // steps before the resume too, exactly as the straight run's does.
+  EXPECT_EQ(s2["per_rank"][0]["epoch_samples"], s1["per_rank"][0]["epoch_samples"]);
+  EXPECT_EQ(s1["per_rank"][0]["epoch_samples"][0]["samples"], 60 * 2 * 64);
 }
 
 // The same with gradient compression: every rank's residuals (and int8's rounding stream,
@@ -220,6 +224,38 @@ TEST(RunJob, SealedFramesTrainToTheSameParametersAsUnsealedOnes) {
     fs::remove_all(dir);
   }
   for (const std::string& d : digests) EXPECT_EQ(d, digests[0]);
+}
+
+// `cohort checkpoint verify` reads checkpoints the way a resume does: whole ones pass, a file
+// with one byte changed is named as corrupt, and the exit code says which happened.
+TEST(RunJob, CheckpointVerifyNamesTheCorruptFile) {
+  auto dir = fresh_dir("verify");
+  auto r = sh(cohort() + " run " + example("fashion-mlp.yaml") + " --run-dir " + dir.string() +
+              " --set workers=2 --set train.max_steps=40 --set checkpoint.every_steps=20");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto ckpts = dir / "checkpoints";
+  auto ok = sh(cohort() + " checkpoint verify " + ckpts.string());
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("2 verified, 0 corrupt"), std::string::npos) << ok.output;
+  EXPECT_NE(ok.output.find("step 40"), std::string::npos) << ok.output;
+
+  const auto newest = ckpts / "ckpt-000000000040.cohort";
+  {
+    std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(fs::file_size(newest) / 2));
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(newest) / 2));
+    c = static_cast<char>(c ^ 0x20);
+    f.write(&c, 1);
+  }
+  auto bad = sh(cohort() + " checkpoint verify " + ckpts.string());
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("1 verified, 1 corrupt"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("CORRUPT  " + newest.string()), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("SHA-256"), std::string::npos) << bad.output;
+  EXPECT_EQ(sh(cohort() + " checkpoint verify").exit_code, 2);
+  fs::remove_all(dir);
 }
 
 TEST(RunJob, WorkersStartedElsewhereJoinTheCoordinator) {

@@ -407,6 +407,19 @@ TEST_F(StoreServerTest, StopIsPromptAndParkedClientsSeePeerLostNamingTheServer) 
   srv.reset();
 }
 
+// A short wait on a client whose server is gone spends no longer reconnecting than the wait may
+// take: a worker polling for its next membership notices that it was cut off within one poll,
+// not after the store's whole timeout.
+TEST_F(StoreServerTest, AShortWaitOnAServerThatIsGoneEndsAtItsOwnDeadline) {
+  auto srv = std::make_unique<StoreServer>(StoreServerOptions{.token = kToken});
+  TcpStore s(srv->endpoint(), kToken, Millis(20000));
+  srv.reset();
+  EXPECT_THROW(s.set("x", {}), PeerLostError);
+  auto t0 = Clock::now();
+  EXPECT_THROW(s.wait({"k"}, Millis(200)), TimeoutError);
+  EXPECT_LT(since(t0), Millis(2000));
+}
+
 TEST(TcpStoreConnect, WaitsForAServerThatStartsLater) {
   uint16_t port;
   {

@@ -112,18 +112,20 @@ TEST_F(Checkpoints, RoundTripIsBitwiseAndTrainingContinuesIdentically) {
   }
 }
 
-// Each rank's codec state and the synchronization mode's state (opaque bytes, zeros and all) come
-// back as they went in; a checkpoint written without any gives none back.
+// Each rank's codec state, the synchronization mode's state and the committed sample counts
+// (opaque bytes, zeros and all) come back as they went in; a checkpoint written without any gives
+// none back.
 TEST_F(Checkpoints, CodecAndSyncStatesRoundTrip) {
   const std::vector<std::string> states = {std::string("rank 0\0\x01\xff", 10), "",
                                            std::string(100000, '\x7f')};
   const fs::path with = dir_ / "with.cohort", without = dir_ / "without.cohort";
   make_checkpoint(dir_ / "first.cohort");
   const CheckpointExtras extras{.codec_states = states,
-                                .sync_state = std::string("outer\0momentum", 14)};
+                                .sync_state = std::string("outer\0momentum", 14),
+                                .train_state = R"({"counts":[[60000,1.8e9,7.2e13]]})"};
   save_checkpoint(with, {.step = 1}, *model_, opt_.get(), extras);
   save_checkpoint(without, {.step = 1}, *model_, opt_.get());
-  CheckpointExtras back{.codec_states = {"stale"}, .sync_state = "stale"};
+  CheckpointExtras back{.codec_states = {"stale"}, .sync_state = "stale", .train_state = "stale"};
   decode_checkpoint(read_file(with), "with", *model_, opt_.get(), true, &back);
   EXPECT_EQ(back, extras);
   decode_checkpoint(read_file(without), "without", *model_, opt_.get(), true, &back);

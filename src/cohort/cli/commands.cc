@@ -15,6 +15,7 @@ int run_main(int argc, char** argv);
 int worker_main(int argc, char** argv);
 int serve_main(int argc, char** argv);
 int diagnose_main(int argc, char** argv);
+int checkpoint_main(int argc, char** argv);
 #endif
 
 const std::vector<Command>& commands() {
@@ -24,6 +25,7 @@ const std::vector<Command>& commands() {
       {"worker", "one worker of a job (started by run, mpirun, srun, ...)", worker_main},
       {"serve", "the console of every job on this machine, with their history", serve_main},
       {"diagnose", "where a run's steps went, stragglers, and what to change", diagnose_main},
+      {"checkpoint", "verify checkpoints the way a resume reads them", checkpoint_main},
 #endif
       {"bench", "measure collectives across local processes", bench_main},
       {"status", "show a running job's console in the terminal", status_main},

@@ -100,9 +100,9 @@ TcpStore::TcpStore(const net::Endpoint& server, const std::string& token,
 
 TcpStore::~TcpStore() = default;
 
-StoreResponse TcpStore::call(const StoreRequest& q, Millis io_timeout) {
+StoreResponse TcpStore::call(const StoreRequest& q, Millis io_timeout, Millis connect_timeout) {
   std::lock_guard lk(mu_);
-  StoreResponse r = conn_->call(q, timeout_, io_timeout);
+  StoreResponse r = conn_->call(q, std::min(timeout_, connect_timeout), io_timeout);
   const std::string where = " (store server " + conn_->server().str() + ")";
   if (r.status == StoreStatus::kError) {
     throw Error(std::string("store ") + op_name(q.op) + " of " + keys_text(q.keys) +
@@ -145,7 +145,9 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
 void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   timeout = std::max(timeout, Millis(0));
   StoreRequest q{.op = StoreOp::kWait, .keys = keys, .timeout_ms = uint64_t(timeout.count())};
-  call(q, with_grace(timeout));
+  // No longer reconnecting than the wait may take: a short wait on a server that is gone returns
+  // at its own deadline, not the store's.
+  call(q, with_grace(timeout), timeout);
 }
 
 }  // namespace cohort::store

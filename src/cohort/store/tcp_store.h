@@ -67,8 +67,10 @@ class TcpStore : public Store {
   using Store::wait;
 
  private:
-  // Sends q and returns the server's ok response; throws on error and timeout responses.
-  StoreResponse call(const StoreRequest& q, std::chrono::milliseconds io_timeout);
+  // Sends q and returns the server's ok response; throws on error and timeout responses. A lost
+  // connection is made again first, within connect_timeout (never more than the store's timeout).
+  StoreResponse call(const StoreRequest& q, std::chrono::milliseconds io_timeout,
+                     std::chrono::milliseconds connect_timeout = std::chrono::milliseconds::max());
 
   class Conn;
   std::unique_ptr<Conn> conn_;

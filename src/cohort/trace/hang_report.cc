@@ -373,7 +373,7 @@ void FlightReporter::loop() {
   }
 }
 
-void publish_final_report(store::Store& store, const std::string& prefix,
+bool publish_final_report(store::Store& store, const std::string& prefix,
                           const comm::FlightRecorder& recorder, const std::string& error,
                           bool timed_out) {
   try {
@@ -383,8 +383,10 @@ void publish_final_report(store::Store& store, const std::string& prefix,
     j["error"] = error;
     j["timed_out"] = timed_out;
     s.set(report_key(recorder.snapshot().rank), to_bytes(j.dump()));
+    return true;
   } catch (const std::exception& e) {
     spdlog::warn("could not publish the flight record: {}", e.what());
+    return false;
   }
 }
 

@@ -82,8 +82,9 @@ class FlightReporter {
   std::thread thread_;
 };
 
-// A failing worker's last words: its record, marked final, with the error. Never throws.
-void publish_final_report(store::Store& store, const std::string& prefix,
+// A failing worker's last words: its record, marked final, with the error. Never throws; returns
+// whether the store took them.
+bool publish_final_report(store::Store& store, const std::string& prefix,
                           const comm::FlightRecorder& recorder, const std::string& error,
                           bool timed_out);
 

@@ -100,6 +100,9 @@ std::string encode_checkpoint(const CheckpointMeta& meta, torch::nn::Module& mod
   if (!extras.sync_state.empty()) {
     archive.write("sync_state", byte_tensor(extras.sync_state), /*is_buffer=*/true);
   }
+  if (!extras.train_state.empty()) {
+    archive.write("train_state", byte_tensor(extras.train_state), /*is_buffer=*/true);
+  }
   std::ostringstream payload_stream;
   archive.save_to(payload_stream);
   const std::string payload = payload_stream.str();
@@ -151,6 +154,10 @@ CheckpointMeta decode_checkpoint(const std::string& bytes, const std::string& na
       torch::Tensor sync;
       if (archive.try_read("sync_state", sync, /*is_buffer=*/true)) {
         extras->sync_state = byte_string(sync, name, "the synchronization mode's state");
+      }
+      torch::Tensor train;
+      if (archive.try_read("train_state", train, /*is_buffer=*/true)) {
+        extras->train_state = byte_string(train, name, "the committed sample counts");
       }
     }
   } catch (const c10::Error& e) {

@@ -300,14 +300,16 @@ bool Trainer::after_step(Epoch& e, bool epoch_end) {
     ctx_.report_progress(record);
   }
   bool leave_epoch = false;
-  if (epoch_end || last || state_.step >= max_steps_ || e.mode.commit_due(state_.step)) {
+  // A checkpoint step is a commit too: the file then holds the sample counts of its position.
+  const bool checkpoint_now =
+      cfg_.checkpoint.every_steps > 0 && state_.step % cfg_.checkpoint.every_steps == 0;
+  if (epoch_end || last || state_.step >= max_steps_ || e.mode.commit_due(state_.step) ||
+      checkpoint_now) {
     e.mode.synchronize();  // a snapshot holds the model every replica has
     comm_bytes_ = e.bytes_now();
     leave_epoch = commit(e, /*may_switch=*/!last);
   }
-  if (cfg_.checkpoint.every_steps > 0 && state_.step % cfg_.checkpoint.every_steps == 0) {
-    save_checkpoint_now(e, /*write=*/true);
-  }
+  if (checkpoint_now) save_checkpoint_now(e, /*write=*/true);
   return leave_epoch;
 }
 
@@ -377,7 +379,9 @@ void Trainer::save_checkpoint_now(Epoch& e, bool write) {
   if (compressed) codec_states = e.ddp.gather_bytes(e.ddp.codec_state());
   if (!write) return;
   auto path = checkpoints_->save(position(e.world), *model_, optimizer_.get(),
-                                 {.codec_states = codec_states, .sync_state = e.mode.save_state()});
+                                 {.codec_states = codec_states,
+                                  .sync_state = e.mode.save_state(),
+                                  .train_state = state_.to_json().dump()});
   spdlog::info("checkpoint {} written in {:.2f} s", path.string(), seconds_since(t));
 }
 

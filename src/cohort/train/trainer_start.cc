@@ -129,6 +129,18 @@ void Trainer::resume_from_checkpoint(Epoch& e) {
   CheckpointMeta pos = decode_checkpoint(bytes, name, *model_, optimizer_.get(), true, &extras);
   restore_codec_state(e.ddp, extras.codec_states, e.rank, e.world, name);
   e.mode.load_state(extras.sync_state);
+  if (!extras.train_state.empty()) {
+    try {
+      state_.counts = TrainState::from_json(json::parse(extras.train_state)).counts;
+    } catch (const json::exception& ex) {
+      throw CheckpointError(name + ": malformed committed sample counts: " + ex.what());
+    }
+  } else {
+    spdlog::warn(
+        "{} holds no sample counts (written by an older Cohort): the summary's "
+        "epoch_samples count only what this run trains",
+        name);
+  }
   state_.step = resumed_from_ = pos.step;
   state_.epoch = pos.epoch;
   state_.consumed = pos.consumed;

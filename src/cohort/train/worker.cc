@@ -28,6 +28,10 @@ int run_worker(const WorkerOptions& options) {
   std::shared_ptr<comm::FlightRecorder> recorder;
   std::unique_ptr<trace::FlightReporter> reporter;  // reads the recorder: declared after it
   int rank = options.rank;
+  // How long a failing worker tries to tell the coordinator why: no longer than the coordinator
+  // itself waits before it declares the worker lost (a coordinator that is gone must not keep a
+  // worker alive for the store's whole timeout).
+  std::chrono::milliseconds last_words{3000};
   json status;  // the last live status published (job/status/<rank>)
   auto publish_status = [&](json s) {
     s["rank"] = rank;
@@ -41,6 +45,7 @@ int run_worker(const WorkerOptions& options) {
     store = std::make_unique<store::TcpStore>(options.coordinator, options.token);
     std::string yaml = to_string(store->get(elastic::keys::kConfig));
     JobConfig cfg = parse_job_config(yaml, "job config from " + options.coordinator.str());
+    last_words = std::chrono::milliseconds(static_cast<long>(cfg.elastic.failure_timeout_s * 1000));
     int world = static_cast<int>(cfg.workers);
     if (rank < 0) rank = static_cast<int>(store->add(elastic::keys::kNextRank, 1) - 1);
     // Ranks from `workers` on belong to replacements the launcher starts.
@@ -118,12 +123,15 @@ int run_worker(const WorkerOptions& options) {
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     reporter.reset();
+    bool reachable = store != nullptr;
+    if (store) store->set_timeout(last_words);
     if (store && recorder) {
       // Before the failure record: the launcher reads this when it sees the failure.
-      trace::publish_final_report(*store, elastic::keys::kDebugPrefix, *recorder, e.what(),
-                                  dynamic_cast<const TimeoutError*>(&e) != nullptr);
+      reachable =
+          trace::publish_final_report(*store, elastic::keys::kDebugPrefix, *recorder, e.what(),
+                                      dynamic_cast<const TimeoutError*>(&e) != nullptr);
     }
-    if (store && rank >= 0) {
+    if (reachable && rank >= 0) {
       try {
         status["state"] = "failed";
         status["error"] = e.what();
