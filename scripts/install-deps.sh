@@ -22,6 +22,8 @@ PACKAGES=(
   libgloo-dev libopenmpi-dev openmpi-bin python3-torch
   # network namespaces and traffic control for the emulated-cluster tests
   iproute2 procps
+  # cluster launchers the tests run for real: Slurm's daemons and tools, and munge
+  slurmctld slurmd slurm-client munge
 )
 
 missing=()
@@ -50,11 +52,15 @@ if ! command -v npm >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends npm
 fi
 
-# The web console's npm packages (uPlot, served by the binary; playwright-core for the browser
-# test), exactly as web/package-lock.json pins them. Skipped when already installed from this lock.
-web="$(cd "$(dirname "$0")/../web" && pwd)"
-if ! cmp -s "$web/package-lock.json" "$web/node_modules/.package-lock.json.installed" 2>/dev/null; then
-  echo "install-deps: npm ci in web/"
-  (cd "$web" && npm ci --no-audit --no-fund --loglevel=error)
-  cp "$web/package-lock.json" "$web/node_modules/.package-lock.json.installed"
-fi
+# The npm packages, exactly as each package-lock.json pins them: the web console's (uPlot, served
+# by the binary; playwright-core for the browser test) and the Kubernetes manifest check's
+# (kubernetes-models, the API's schemas compiled for ajv; tests/k8s). Skipped when already
+# installed from the same lock.
+root="$(cd "$(dirname "$0")/.." && pwd)"
+for dir in "$root/web" "$root/tests/k8s"; do
+  if ! cmp -s "$dir/package-lock.json" "$dir/node_modules/.package-lock.json.installed" 2>/dev/null; then
+    echo "install-deps: npm ci in ${dir#"$root"/}/"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+    cp "$dir/package-lock.json" "$dir/node_modules/.package-lock.json.installed"
+  fi
+done

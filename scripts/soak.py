@@ -46,6 +46,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NC = os.path.join(ROOT, "scripts", "netcluster.sh")
 sys.path.insert(0, os.path.join(ROOT, "scripts", "lib"))
 from report_text import write_section  # noqa: E402
+from run_files import jsonl  # noqa: E402
 
 MINUTES = float(os.environ.get("SOAK_MINUTES", "10"))
 SEED = int(os.environ.get("SOAK_SEED", str(int(time.time()))))
@@ -97,20 +98,6 @@ print(opened)
 
 def log(*parts):
     print("soak: " + " ".join(str(p) for p in parts), flush=True)
-
-
-def jsonl(path):
-    rows = []
-    try:
-        with open(path) as f:
-            for line in f:
-                try:
-                    rows.append(json.loads(line))
-                except ValueError:
-                    pass
-    except FileNotFoundError:
-        pass
-    return rows
 
 
 class Cluster:

@@ -65,7 +65,13 @@ def main(argv):
              "PyTorch's ProcessGroupGloo calls); Open MPI with its defaults, and tuned: socket "
              "buffers raised to 4 MiB (`btl_tcp_sndbuf`/`btl_tcp_rcvbuf`) and each allreduce "
              "algorithm of its `tuned` component forced in turn (`coll_tuned_use_dynamic_rules 1`, "
-             "`coll_tuned_allreduce_algorithm` 1–6), the best of them per size.",
+             "`coll_tuned_allreduce_algorithm` 1–6), the best of them per size. Gloo's current "
+             "API as Debian's libgloo builds it (0.0~git20220518) stalls for tens of "
+             "milliseconds at a time (its 1 MiB allreduce takes 40–70 ms where the legacy "
+             "classes on the same connections take 0.5–1 ms), so each of its runs is bounded "
+             "(BENCH_GLOO_API_LIMIT_S) and the sizes it did not reach in time are –; PyTorch's "
+             "own Gloo, which does not stall so, is measured through ProcessGroupGloo in the "
+             "PyTorch section.",
              "- Two timings of the same runs: **median** (the median over iterations of the "
              "slowest rank's time, robust to a few disturbed iterations) and **mean** "
              "(nccl-tests': the slowest rank's whole timed loop / iterations). Each cell is the "

@@ -25,26 +25,13 @@ import time
 
 from quiet_report import busy_labels, load_note
 from report_text import write_section
+from run_files import jsonl
 
 BEGIN, END = "<!-- recovery:begin -->", "<!-- recovery:end -->"
 KILL_STEP = int(os.environ.get("BENCH_KILL_STEP", "175"))
 INTERVAL = int(os.environ.get("BENCH_INTERVAL", "20"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-
-
-def jsonl(path):
-    rows = []
-    try:
-        with open(path) as f:
-            for line in f:
-                try:
-                    rows.append(json.loads(line))
-                except ValueError:
-                    pass  # a line being written
-    except FileNotFoundError:
-        pass
-    return rows
 
 
 def wait_quiet(root, label):

@@ -25,25 +25,8 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// Runs `fn` and returns what it threw (or an empty string and nullptr if nothing).
-template <typename F>
-std::exception_ptr caught(F&& fn) {
-  try {
-    fn();
-  } catch (...) {
-    return std::current_exception();
-  }
-  return nullptr;
-}
-
-std::string message_of(std::exception_ptr e) {
-  try {
-    if (e) std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  }
-  return "";
-}
+using testing::caught;
+using testing::message_of;
 
 TEST(Failure, MismatchedCollectivesFailWithProtocolErrorInsteadOfHanging) {
   const int n = 3;

@@ -27,6 +27,7 @@ namespace cohort::comm {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::message_of;
 using Bytes = std::vector<uint8_t>;
 
 // A store that gives one key another value: what a rank that reads it is told, while every other
@@ -238,15 +239,6 @@ Tamper forge(size_t target) {
     }
     return std::vector<Bytes>{f};
   };
-}
-
-std::string message_of(std::exception_ptr e) {
-  try {
-    if (e) std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  }
-  return "";
 }
 
 void expect_refused(const Outcome& out) {

@@ -68,6 +68,27 @@ inline void use_wires(CommConfig& c, Wires w) {
   if (w == Wires::Gmac) c.integrity = Integrity::Gmac;
 }
 
+// Runs `fn` and returns what it threw (nullptr if nothing).
+template <typename F>
+std::exception_ptr caught(F&& fn) {
+  try {
+    fn();
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+// The message of what `e` holds ("" for nothing).
+inline std::string message_of(std::exception_ptr e) {
+  try {
+    if (e) std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  }
+  return "";
+}
+
 // Runs fn(rank) on `n` threads at once and rethrows the first exception any of them raised.
 inline void on_threads(int n, const std::function<void(int)>& fn) {
   std::vector<std::thread> threads;

@@ -70,9 +70,12 @@ std::string example(const std::string& name) {
 }
 
 // `cohort run` in its own process group, so that the test can always clean everything up.
+// `extra`: more options after the --set ones.
 class Launcher {
  public:
-  Launcher(const fs::path& dir, const std::vector<std::string>& sets) : dir_(dir) {
+  Launcher(const fs::path& dir, const std::vector<std::string>& sets,
+           const std::vector<std::string>& extra = {})
+      : dir_(dir) {
     pid_ = fork();
     if (pid_ == 0) {
       setpgid(0, 0);
@@ -85,6 +88,7 @@ class Launcher {
         args.push_back("--set");
         args.push_back(s);
       }
+      args.insert(args.end(), extra.begin(), extra.end());
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -325,6 +329,81 @@ TEST(Elastic, StoppedWorkerIsExcludedByHeartbeatAndExitsWhenResumed) {
   expect_every_sample_once(s, 1);
   for (const auto& r : s["per_rank"])
     EXPECT_EQ(r["parameter_digest"], s["per_rank"][0]["parameter_digest"]);
+  fs::remove_all(dir);
+}
+
+// A worker started elsewhere, as mpirun, srun or a Kubernetes Indexed Job start them, `cohort
+// worker --join ... --rank R`, in a process group of its own; killed with the test.
+class ExternalWorker {
+ public:
+  ExternalWorker(const fs::path& log, int port, const std::string& token, int rank) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      setpgid(0, 0);
+      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      std::vector<std::string> args = {COHORT_BINARY,  "worker",
+                                       "--join",       "127.0.0.1:" + std::to_string(port),
+                                       "--rank",       std::to_string(rank),
+                                       "--token-file", token};
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(COHORT_BINARY, argv.data());
+      _exit(127);
+    }
+  }
+  ~ExternalWorker() {
+    kill(-pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// What srun, mpirun or a Kubernetes Job do when a worker dies: start a new process under the same
+// rank. A rank names one process for the whole job, so it joins as a replacement under a fresh
+// rank, and the job goes on at full size with every sample trained on once.
+TEST(Elastic, AWorkerRestartedUnderItsRankByAClusterLauncherJoinsAsAReplacement) {
+  auto dir = fresh_dir("relaunched");
+  const std::string token = (dir / "token").string();
+  const int port = 20000 + (::getpid() + 7) % 20000;
+  // Rank 0 takes 10 ms more per step, so that the job lasts while the replacement starts.
+  Launcher run(dir,
+               {"workers=2", "train.epochs=1", "train.seed=7", "checkpoint.every_steps=0",
+                "elastic.min_workers=1", "elastic.max_restarts=2", "elastic.heartbeat_s=0.2",
+                "elastic.failure_timeout_s=1", "elastic.snapshot_every_steps=10",
+                "faults=[{kind: slow, rank: 0, at_step: 0, seconds: 0.01}]"},
+               {"--external-workers", "--port", std::to_string(port), "--token-file", token});
+  ASSERT_TRUE(run.wait_until([&] { return fs::exists(token) && fs::file_size(token) > 0; }, 30s))
+      << run.output();
+  ExternalWorker w0(dir / "w0.log", port, token, 0);
+  auto w1 = std::make_unique<ExternalWorker>(dir / "w1.log", port, token, 1);
+  ASSERT_TRUE(run.wait_until([&] { return last_step(run.run()) >= 60; }, 120s)) << run.output();
+  ASSERT_EQ(kill(w1->pid(), SIGKILL), 0);
+  ExternalWorker again(dir / "w1-again.log", port, token, 1);
+  ASSERT_EQ(run.wait_exit(180s), 0) << run.output();
+
+  std::ifstream log(dir / "w1-again.log");
+  std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_NE(text.find("rank 1 has joined this job before: joining as replacement rank 2"),
+            std::string::npos)
+      << text;
+  auto events = read_events(run.run());
+  EXPECT_NE(find_event(events, "membership_changed",
+                       [](const json& e) { return e["added"] == json::array({2}); }),
+            nullptr);
+  auto s = read_json(run.run() / "summary.json");
+  EXPECT_EQ(s["status"], "completed");
+  EXPECT_EQ(s["final_world_size"], 2);
+  EXPECT_GE(s["recoveries"].get<int>(), 1);
+  std::set<int> ranks;
+  for (const auto& r : s["per_rank"]) ranks.insert(r["job_rank"].get<int>());
+  EXPECT_EQ(ranks, (std::set<int>{0, 2}));
+  expect_every_sample_once(s, 1);
   fs::remove_all(dir);
 }
 

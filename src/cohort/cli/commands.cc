@@ -16,6 +16,7 @@ int worker_main(int argc, char** argv);
 int serve_main(int argc, char** argv);
 int diagnose_main(int argc, char** argv);
 int checkpoint_main(int argc, char** argv);
+int k8s_main(int argc, char** argv);
 #endif
 
 const std::vector<Command>& commands() {
@@ -26,6 +27,7 @@ const std::vector<Command>& commands() {
       {"serve", "the console of every job on this machine, with their history", serve_main},
       {"diagnose", "where a run's steps went, stragglers, and what to change", diagnose_main},
       {"checkpoint", "verify checkpoints the way a resume reads them", checkpoint_main},
+      {"k8s", "the Kubernetes manifests that run a job on a cluster", k8s_main},
 #endif
       {"bench", "measure collectives across local processes", bench_main},
       {"status", "show a running job's console in the terminal", status_main},

@@ -298,6 +298,45 @@ void report_hang(trace::HangWatch& watch, std::map<int, elastic::ChildProcess>& 
   std::fflush(stderr);
 }
 
+// `cohort run ... --launcher slurm` outside an allocation: the same command as a batch job, in a
+// run directory fixed now so that the user knows where to look.
+int submit_to_slurm(int argc, char** argv, const RunSettings& settings,
+                    const train::JobConfig& cfg) {
+  std::vector<std::string> args = {elastic::self_executable()};
+  bool has_run_dir = false;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    // The batch job runs in the allocation: not submitted again, nor given sbatch's options.
+    if (a == "--launcher" || a == "--launcher-arg") {
+      ++i;
+      continue;
+    }
+    if (a.rfind("--launcher=", 0) == 0 || a.rfind("--launcher-arg=", 0) == 0) continue;
+    has_run_dir |= a == "--run-dir" || a.rfind("--run-dir=", 0) == 0 || a == "--resume";
+    args.push_back(a);
+  }
+  fs::path run_dir = fs::absolute(!settings.resume_dir.empty() ? fs::path(settings.resume_dir)
+                                  : !settings.run_dir.empty()
+                                      ? fs::path(settings.run_dir)
+                                      : fs::path("runs") / (cfg.name + "-" + timestamp_for_dir()));
+  if (!has_run_dir) args.insert(args.end(), {"--run-dir", run_dir.string()});
+  fs::create_directories(run_dir);
+  auto cmd = sbatch_command(cfg.name, cfg.workers, cfg.threads_per_worker,
+                            (run_dir / "slurm-%j.out").string(), settings.launcher_args, args);
+  elastic::ChildProcess sbatch =
+      elastic::ChildProcess::spawn({.executable = cmd[0],
+                                    .args = {cmd.begin() + 1, cmd.end()},
+                                    .stdout_path = (run_dir / "sbatch.out").string(),
+                                    .stderr_path = (run_dir / "sbatch.out").string()});
+  std::optional<elastic::ExitStatus> st = sbatch.wait_for(std::chrono::seconds(60));
+  if (!st) st = sbatch.terminate(std::chrono::seconds(1));
+  const std::string said = read_file(run_dir / "sbatch.out");
+  if (!st->ok()) throw Error("sbatch " + st->describe() + ": " + said);
+  std::printf("cohort: submitted Slurm job %s; run directory %s\n",
+              said.substr(0, said.find_first_of("\n;")).c_str(), run_dir.c_str());
+  return 0;
+}
+
 int usage(std::ostream& os, int code) {
   os << "usage: cohort run JOB.yaml [--set key=value]... [--run-dir DIR]\n"
         "       cohort run --resume RUN_DIR [--set key=value]...\n"
@@ -307,7 +346,13 @@ int usage(std::ostream& os, int code) {
         "                                     `cohort worker --join HOST:PORT` (mpirun, srun, "
         "...)\n"
         "         --token-file F              the job token: read from F, or written to F (mode\n"
-        "                                     0600) if F does not exist\n\n"
+        "                                     0600) if F does not exist\n"
+        "         --launcher local|slurm|mpirun  what starts the workers: child processes here\n"
+        "                                     (local), a job step each in this Slurm allocation\n"
+        "                                     (slurm; outside one, the job is submitted with\n"
+        "                                     sbatch), or one mpirun (mpirun); docs/clusters.md\n"
+        "         --launcher-arg ARG          an option for mpirun or sbatch (repeat it:\n"
+        "                                     --launcher-arg --hostfile --launcher-arg hosts)\n\n"
         "Runs a training job: a coordinator in this process and one worker process per worker.\n"
         "Ctrl-C stops the job cleanly.\n";
   return code;
@@ -317,7 +362,8 @@ int usage(std::ostream& os, int code) {
 
 int run_main(int argc, char** argv) {
   if (python_script_at(argc, argv) > 0) return run_python_main(argc, argv);
-  Args args(argc, argv, {"set", "run-dir", "resume", "bind", "port", "token-file"},
+  Args args(argc, argv,
+            {"set", "run-dir", "resume", "bind", "port", "token-file", "launcher", "launcher-arg"},
             {"help", "external-workers"});
   if (args.has("help")) return usage(std::cout, 0);
   RunSettings settings;
@@ -327,7 +373,11 @@ int run_main(int argc, char** argv) {
   }
   settings.external = args.has("external-workers");
   settings.run_dir = args.get_or("run-dir", "");
-  settings.bind = args.get_or("bind", "127.0.0.1");
+  settings.launcher = parse_launcher(args.get_or("launcher", "local"));
+  settings.launcher_args = args.all("launcher-arg");
+  // Workers on other nodes reach a coordinator that listens on every address.
+  settings.bind =
+      args.get_or("bind", settings.launcher == LauncherKind::Local ? "127.0.0.1" : "0.0.0.0");
   settings.port = static_cast<uint16_t>(args.get_int("port", 0));
   settings.token_file = args.get_or("token-file", "");
 
@@ -337,17 +387,29 @@ int run_main(int argc, char** argv) {
                              : (fs::path(settings.resume_dir) / "config.yaml").string();
   train::LoadOptions load_options;
   load_options.overrides = args.all("set");
-  return run_job(train::load_job_config(job_path, load_options), settings);
+  const bool submit = settings.launcher == LauncherKind::Slurm && !std::getenv("SLURM_JOB_ID");
+  load_options.check_paths = !submit;  // the allocation's nodes check the data set
+  const train::JobConfig cfg = train::load_job_config(job_path, load_options);
+  if (submit) return submit_to_slurm(argc, argv, settings, cfg);
+  return run_job(cfg, settings);
 }
 
 int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
-  const bool external = settings.external;
+  const LauncherKind launcher = settings.launcher;
+  // Under mpirun the workers are one process of this launcher's, not one each: it tracks them
+  // through the coordinator, as workers started elsewhere.
+  const bool external = settings.external || launcher == LauncherKind::Mpirun;
   const std::string& resume_dir = settings.resume_dir;
   const bool python = !cfg.program.python.empty();
   if (python && external) {
     throw ConfigError(
         "--external-workers: the workers of a Python program are started by this launcher");
   }
+  if (python && launcher != LauncherKind::Local) {
+    throw ConfigError("--launcher: a Python program's workers are started by this launcher");
+  }
+  const std::optional<SlurmAllocation> slurm =
+      launcher == LauncherKind::Slurm ? std::optional(SlurmAllocation::current()) : std::nullopt;
   fs::path run_dir = !resume_dir.empty() ? fs::path(resume_dir)
                      : !settings.run_dir.empty()
                          ? fs::path(settings.run_dir)
@@ -367,6 +429,7 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
       .port = settings.port,
       .token = token,
       .world_size = static_cast<int>(cfg.workers),
+      .rank_limit = static_cast<int>(cfg.workers + cfg.elastic.max_restarts),
       .config_yaml = train::to_yaml(cfg),
       .run_dir = fs::absolute(run_dir).string(),
       .resume_from = resume_dir.empty() ? "" : fs::absolute(run_dir / "checkpoints").string(),
@@ -398,7 +461,7 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
   std::set<int> exited;
   int next_rank = static_cast<int>(cfg.workers);
   int restarts = 0;
-  if (external) {
+  if (settings.external) {
     std::printf(
         "cohort: waiting for %ld workers: cohort worker --join %s --token-file %s\n",
         static_cast<long>(cfg.workers), ep.str().c_str(),
@@ -406,14 +469,21 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
     std::fflush(stdout);
   }
   // The launcher's workers reach the coordinator where it listens (loopback when it listens on
-  // every address).
+  // every address); on a Slurm allocation, at this node's address.
   const bool any_address = ep.host.empty() || ep.host == "0.0.0.0" || ep.host == "::";
   const std::string local_host = any_address ? "127.0.0.1" : ep.host;
+  const std::string join_host = slurm && any_address ? slurm->this_node_address() : local_host;
+  const WorkerCommand command{.executable = self,
+                              .join = join_host + ":" + std::to_string(ep.port),
+                              .token = token,
+                              .threads = cfg.threads_per_worker};
   // A Python program's env:// rendezvous (torch.distributed's own store).
   std::unique_ptr<TorchRendezvous> rendezvous;
   if (python) rendezvous = std::make_unique<TorchRendezvous>(local_host, 0, cfg.workers);
   auto spawn = [&](int r) {
     std::string log = (run_dir / "logs" / ("rank-" + std::to_string(r) + ".log")).string();
+    WorkerCommand w = command;
+    w.log = log;
     auto child = elastic::ChildProcess::spawn(
         python
             ? python_worker_process(cfg, {.rank = r,
@@ -424,20 +494,8 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
                                           .token = token,
                                           .run_dir = fs::absolute(run_dir).string(),
                                           .log = log})
-            : elastic::SpawnOptions{
-                  .executable = self,
-                  .args = {"worker", "--join", "127.0.0.1:" + std::to_string(ep.port), "--rank",
-                           std::to_string(r)},
-                  // BLAS and OpenMP pools are sized when the libraries load, before main():
-                  // the worker's thread budget has to be in its environment from the start,
-                  // or every worker starts a pool as wide as the machine and the workers fight
-                  // over the cores.
-                  .env = {{"COHORT_TOKEN", token},
-                          {"OMP_NUM_THREADS", std::to_string(cfg.threads_per_worker)},
-                          {"OPENBLAS_NUM_THREADS", std::to_string(cfg.threads_per_worker)}},
-                  .stdout_path = log,
-                  .stderr_path = log,
-              });
+        : slurm ? slurm_worker(*slurm, w, r)
+                : local_worker(w, r));
     coordinator.worker_started(r, child.pid());
     pid_t pid = child.pid();
     workers.emplace(r, std::move(child));
@@ -446,6 +504,14 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
   for (int r = 0; r < (external ? 0 : cfg.workers); ++r) {
     pid_t pid = spawn(r);
     events.write({{"event", "worker_started"}, {"rank", r}, {"pid", pid}});
+  }
+  // --launcher mpirun: every worker under one mpirun, which ends once they all have.
+  std::optional<elastic::ChildProcess> group;
+  if (launcher == LauncherKind::Mpirun) {
+    WorkerCommand w = command;
+    w.log = (run_dir / "logs" / "mpirun.log").string();
+    group = elastic::ChildProcess::spawn(mpirun_workers(w, cfg.workers, settings.launcher_args));
+    events.write({{"event", "workers_started"}, {"launcher", "mpirun"}, {"pid", group->pid()}});
   }
   // Whether a worker may still join: restarts left, or a replacement not yet admitted. Workers
   // started elsewhere (--external-workers) are never replaced by this launcher.
@@ -589,6 +655,12 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
       if (console) console->monitor().add_worker(r, lost);
     }
     coordinator.expect_joiners(joiners_possible());
+    if (group && group->poll() && !coordinator.summaries()) {
+      status = "failed";
+      error = "mpirun " + group->poll()->describe() +
+              " before the job completed (its output: logs/mpirun.log)";
+      break;
+    }
     if (auto why = coordinator.abandoned()) {
       status = "failed";
       error = (losses.empty() ? "" : "lost " + losses.back() + "; ") + *why;
@@ -637,6 +709,7 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
   }
   progress.end_line();
   json exits = json::object();  // how each worker process ended, by rank
+  if (group) exits["mpirun"] = group->terminate(std::chrono::seconds(5)).describe();
   for (auto& [r, w] : workers) {
     // A worker the job went on without may be stopped: SIGTERM would wait for it to be resumed.
     if (coordinator.is_lost(r)) w.signal(SIGKILL);

@@ -3,7 +3,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "cohort/cli/launchers.h"
 #include "cohort/train/config.h"
 
 namespace cohort::cli {
@@ -15,6 +17,8 @@ struct RunSettings {
   uint16_t port = 0;
   std::string token_file;
   bool external = false;  // workers are started elsewhere (cohort worker --join)
+  LauncherKind launcher = LauncherKind::Local;  // what starts the workers (launchers.h)
+  std::vector<std::string> launcher_args;       // the user's options for mpirun or sbatch
 };
 
 // Runs the job to its end; the process's exit code (0 completed, 1 failed, 130 cancelled).

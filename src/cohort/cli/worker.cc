@@ -39,6 +39,9 @@ int worker_main(int argc, char** argv) {
   if (args.has("help") || !args.has("join")) {
     (args.has("help") ? std::cout : std::cerr)
         << "usage: cohort worker --join HOST:PORT [--rank R] [--bind HOST] [--token-file F]\n"
+           "--bind: where peers reach this worker (default: the address of the interface that\n"
+           "leads to the coordinator). The rank comes from --rank, else COHORT_RANK, Open MPI,\n"
+           "Slurm or a Kubernetes Indexed Job; a rank that joined before is replaced.\n"
            "The job token is read from COHORT_TOKEN or --token-file.\n";
     return args.has("help") ? 0 : 2;
   }
@@ -52,7 +55,18 @@ int worker_main(int argc, char** argv) {
     throw ConfigError("no job token: set COHORT_TOKEN or pass --token-file");
   }
   opts.rank = static_cast<int>(args.get_int("rank", rank_from_environment()));
-  opts.bind_host = args.get_or("bind", "127.0.0.1");
+  // Where peers reach this worker: by default the address of the interface that leads to the
+  // coordinator (loopback for a coordinator on this machine's loopback).
+  if (auto bind = args.get("bind")) {
+    opts.bind_host = *bind;
+  } else {
+    try {
+      opts.bind_host = net::local_address_towards(opts.coordinator.host);
+    } catch (const Error& e) {
+      throw ConfigError("cohort worker: cannot tell which address peers reach this worker at (" +
+                        std::string(e.what()) + "); pass --bind");
+    }
+  }
   return train::run_worker(opts);
 }
 

@@ -36,7 +36,6 @@ namespace cohort::comm {
 
 // A tag; the first FrameMac::tag_bytes() bytes are the tag, the rest zero.
 using FrameTag = std::array<uint8_t, 32>;
-inline constexpr size_t kMaxTagBytes = sizeof(FrameTag);
 
 enum class MacAlgorithm : uint8_t { HmacSha256, AesGmac };
 

@@ -138,6 +138,15 @@ json Coordinator::worker_json(int rank) const {
 }
 
 void Coordinator::learn_joins() {
+  if (client_->check({keys::kRankLimit})) {
+    try {
+      const int seen = std::stoi(to_string(client_->get(keys::kRankLimit)));
+      known_ranks_ = std::max(known_ranks_,
+                              std::min(seen, std::max(options_.rank_limit, options_.world_size)));
+    } catch (const std::exception&) {
+      // Unreadable: the ranks known so far stay.
+    }
+  }
   for (int r = 0; r < known_ranks_; ++r) {
     auto& w = workers_[r];
     if (w.joined || !client_->check({keys::joined(r)})) continue;

@@ -45,6 +45,9 @@ struct CoordinatorOptions {
   uint16_t port = 0;
   std::string token;
   int world_size = 1;
+  // Ranks the job admits: [0, rank_limit) (the workers, then their replacements); at least
+  // world_size.
+  int rank_limit = 0;
   std::string config_yaml;  // resolved job file
   std::string run_dir;
   std::string resume_from;  // checkpoint path or empty

@@ -39,6 +39,12 @@ inline const std::string kWorldSize = "job/world_size";
 inline const std::string kRunDir = "job/run_dir";
 inline const std::string kResume = "job/resume";
 inline const std::string kNextRank = "job/next_rank";
+// Replacements that claim a fresh rank (a rank already taken is joined again by a process that a
+// cluster's launcher restarted under it) count up from the job's worker count.
+inline const std::string kNextReplacement = "job/next_replacement";
+// One more than the highest rank that has joined, so that the coordinator sees ranks it did not
+// start (a worker started by mpirun, srun or Kubernetes).
+inline const std::string kRankLimit = "job/rank_limit";
 inline std::string joined(int rank) {
   return "job/joined/" + std::to_string(rank);
 }

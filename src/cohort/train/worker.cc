@@ -13,6 +13,7 @@
 #include "cohort/comm/communicator.h"
 #include "cohort/elastic/agent.h"
 #include "cohort/elastic/job_protocol.h"
+#include "cohort/elastic/rank_claim.h"
 #include "cohort/store/tcp_store.h"
 #include "cohort/trace/hang_report.h"
 #include "cohort/train/trainer.h"
@@ -47,17 +48,11 @@ int run_worker(const WorkerOptions& options) {
     JobConfig cfg = parse_job_config(yaml, "job config from " + options.coordinator.str());
     last_words = std::chrono::milliseconds(static_cast<long>(cfg.elastic.failure_timeout_s * 1000));
     int world = static_cast<int>(cfg.workers);
-    if (rank < 0) rank = static_cast<int>(store->add(elastic::keys::kNextRank, 1) - 1);
-    // Ranks from `workers` on belong to replacements the launcher starts.
-    const int64_t rank_limit = cfg.workers + cfg.elastic.max_restarts;
-    if (rank >= rank_limit) {
-      throw ConfigError("rank " + std::to_string(rank) + " is out of range for a job of " +
-                        std::to_string(world) + " workers and " +
-                        std::to_string(cfg.elastic.max_restarts) + " replacements");
-    }
+    // Ranks from `workers` on belong to replacements.
+    rank = elastic::claim_rank(*store, rank, world,
+                               static_cast<int>(cfg.workers + cfg.elastic.max_restarts),
+                               to_bytes(json{{"host", host_name()}, {"pid", ::getpid()}}.dump()));
     log::set_context(rank);
-    store->set(elastic::keys::joined(rank),
-               to_bytes(json{{"host", host_name()}, {"pid", ::getpid()}}.dump()));
     spdlog::info("joined job '{}' as rank {} of {} (coordinator {})", cfg.name, rank, world,
                  options.coordinator.str());
 
