@@ -139,21 +139,21 @@ def cohort(root, binary, out):
     kill = kill_at_step(proc, completed, victim)
     finish(proc, "cohort run", out)
     events = jsonl(os.path.join(out, "events.jsonl"))
-    changes = sorted((e for e in events
-                      if e.get("event") == "membership_changed" and e["time"] > kill),
-                     key=lambda e: e["time"])
-    shrunk = changes[0]["time"]
-    grown = [e["time"] for e in changes if e["world_size"] == 2]
-    if not grown:
+    steps = [(m["step"], m["time"], m["world_size"]) for m in jsonl(os.path.join(out, "metrics.jsonl"))]
+    # The survivor's membership epoch trains at world size 1, the replacement's at 2 again: the
+    # progress records say which (a step in flight at the kill may still complete at size 2).
+    before = [s for s, t, _ in steps if t < kill]
+    alone = [t for _, t, w in steps if t > kill and w == 1]
+    if not alone:
+        raise SystemExit("bench-recovery: no step after the kill; see %s" % out)
+    back = [t for _, t, w in steps if t > alone[0] and w == 2]
+    if not back:
         raise SystemExit("bench-recovery: the replacement never joined; see %s" % out)
-    steps = [(m["step"], m["time"]) for m in jsonl(os.path.join(out, "metrics.jsonl"))]
-    before = [s for s, t in steps if t < shrunk]
     rolled = [e for e in events if e.get("event") == "rolled_back"]
     summary = json.load(open(os.path.join(out, "summary.json")))
     return {"killed_after_step": max(before), "resumed_from_step": rolled[0]["restored_step"],
             "steps_lost": max(before) - rolled[0]["restored_step"],
-            "next_step_s": min(t for _, t in steps if t > shrunk) - kill,
-            "full_size_s": min(t for _, t in steps if t > grown[0]) - kill,
+            "next_step_s": alone[0] - kill, "full_size_s": back[0] - kill,
             "own_recovery_s": summary["recovery_seconds_max"],
             "snapshot_s": max(r.get("snapshot_seconds", 0) for r in summary["per_rank"])}
 

@@ -12,11 +12,14 @@
 //                    every rank's flight recorder and the diagnosis (trace/hang_report.h)
 // Ctrl-C (SIGINT) or SIGTERM stops every worker and the job ends as "cancelled"; workers also die
 // with the launcher if it is killed (PR_SET_PDEATHSIG), so no process is ever orphaned.
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -38,8 +41,8 @@
 #include "cohort/cli/commands.h"
 #include "cohort/cli/job_files.h"
 #include "cohort/cli/python_launch.h"
-#include "cohort/cli/run_report.h"
 #include "cohort/cli/run_job.h"
+#include "cohort/cli/run_report.h"
 #include "cohort/elastic/coordinator.h"
 #include "cohort/elastic/job_protocol.h"
 #include "cohort/elastic/process.h"
@@ -57,9 +60,34 @@ namespace cohort::cli {
 namespace {
 
 std::atomic<int> g_stop_signal{0};
+// Written (a byte) when a child process ends or a stop signal arrives: the launcher's loop wakes
+// at once instead of at its next tick, so that a lost worker's survivors re-form without waiting.
+int g_wake_pipe[2] = {-1, -1};
+
+void wake_loop() {
+  const char b = 0;
+  [[maybe_unused]] auto n = ::write(g_wake_pipe[1], &b, 1);
+}
 
 void on_stop_signal(int sig) {
   g_stop_signal = sig;
+  wake_loop();
+}
+
+void on_child_exit(int) {
+  const int saved = errno;
+  wake_loop();
+  errno = saved;
+}
+
+// Sleeps until `timeout` passes or wake_loop() is called, then drains the wake-ups.
+void wait_for_event(std::chrono::milliseconds timeout) {
+  pollfd p{g_wake_pipe[0], POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(timeout.count())) > 0) {
+    char buf[64];
+    while (::read(g_wake_pipe[0], buf, sizeof(buf)) > 0) {
+    }
+  }
 }
 
 std::string timestamp_for_dir() {
@@ -294,11 +322,19 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
               static_cast<long>(cfg.workers), run_dir.c_str());
   std::fflush(stdout);
 
+  if (g_wake_pipe[0] < 0 && ::pipe2(g_wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    throw SystemError("pipe", errno);
+  }
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  struct sigaction child {};
+  child.sa_handler = on_child_exit;
+  child.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+  sigemptyset(&child.sa_mask);
+  sigaction(SIGCHLD, &child, nullptr);
 
   auto start = Clock::now();
   std::string self = elastic::self_executable();
@@ -544,7 +580,9 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
                         std::to_string(static_cast<long>(cfg.debug.hang_timeout_s)) + " s");
       }
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // While the membership changes, the survivors' ready reports come within milliseconds: look
+    // for them that often. Otherwise the next tick, or at once when a worker ends.
+    wait_for_event(std::chrono::milliseconds(coordinator.changing() ? 2 : 50));
   }
   // The last statuses: a short job may end before the once-a-second check saw a full window.
   if (cfg.workers > 1) check_stragglers();

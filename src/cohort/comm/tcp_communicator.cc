@@ -14,11 +14,8 @@
 namespace cohort::comm {
 namespace {
 
-// How long a rank that lost a peer waits for that peer's failure record before naming the peer
-// itself (a killed process never writes one).
-constexpr Millis kFailureRecordWait{200};
 // The most that diagnosing a failure adds to an operation's deadline: the grace period of a timeout
-// (at most 2 s) or kFailureRecordWait, plus the store round trips.
+// (at most 2 s), plus the store round trips.
 constexpr Millis kDiagnosisBound{3000};
 
 // CPUs this process may run on (its affinity mask; cgroup cpusets narrow it too).
@@ -634,10 +631,13 @@ std::exception_ptr TcpCommunicator::peer_lost(const Op& op, const PeerLostError&
   const int peer = lost.rank();
   const std::string what = what_of(op);
   if (peer < 0 || peer >= size()) return std::make_exception_ptr(lost);
-  // If the peer failed on its own and said why, the culprit is the rank it names.
+  // If the peer failed on its own and said why, the culprit is the rank it names. A failing rank
+  // writes its record before it cuts its connections (fail()), so the record is there by the time
+  // this rank sees them cut, or never will be: waiting for it would only delay every recovery from
+  // a killed process.
   const std::string rec_key = key("failed/" + std::to_string(peer));
   try {
-    store_.wait({rec_key}, kFailureRecordWait);
+    if (!store_.check({rec_key})) throw Error("no failure record");
     int culprit;
     std::string cause;
     if (decode_record(store::to_string(store_.get(rec_key)), &culprit, &cause)) {

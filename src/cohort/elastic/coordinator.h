@@ -97,6 +97,8 @@ class Coordinator {
   std::vector<int> take_lost();
   // Why the job cannot continue, once the coordinator gave up on it.
   std::optional<std::string> abandoned() const { return abandoned_; }
+  // Whether a change of membership is under way (requested, not yet published).
+  bool changing() const { return change_.has_value(); }
   int epoch() const { return epoch_; }
   const std::vector<int>& members() const { return members_; }
   const RecoveryStats& recovery_stats() const { return stats_; }

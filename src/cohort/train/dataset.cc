@@ -19,7 +19,9 @@ std::pair<torch::Tensor, torch::Tensor> Dataset::batch(const std::vector<int64_t
   torch::Tensor idx = torch::from_blob(const_cast<int64_t*>(indices.data()),
                                        {static_cast<int64_t>(indices.size())}, torch::kInt64)
                           .clone();
-  return {images.index_select(0, idx), labels.index_select(0, idx)};
+  torch::Tensor x = images.index_select(0, idx);
+  if (x.scalar_type() == torch::kUInt8) x = x.to(torch::kFloat32).div_(255.0f);
+  return {x, labels.index_select(0, idx)};
 }
 
 Dataset load_idx_dataset(const std::string& dir, Split split) {
@@ -27,8 +29,8 @@ Dataset load_idx_dataset(const std::string& dir, Split split) {
   const int64_t n = s.images.dims[0], rows = s.images.dims[1], cols = s.images.dims[2];
   torch::Tensor pixels = torch::from_blob(s.images.data.data(), {n, 1, rows, cols}, torch::kUInt8);
   torch::Tensor labels = torch::from_blob(s.labels.data.data(), {n}, torch::kUInt8);
-  // to() copies out of the vectors, which die with `s`.
-  return {.images = pixels.to(torch::kFloat32).div_(255.0f), .labels = labels.to(torch::kInt64)};
+  // clone() and to() copy out of the vectors, which die with `s`.
+  return {.images = pixels.clone(), .labels = labels.to(torch::kInt64)};
 }
 
 Dataset make_synthetic(const SyntheticOptions& o, Split split) {

@@ -1,6 +1,9 @@
-// Datasets in memory as tensors: images float32 [N, C, H, W], labels int64 [N].
+// Datasets in memory as tensors: images [N, C, H, W], labels int64 [N]; a batch's images are
+// float32.
 //
-// fashion-mnist / mnist: the IDX files of data.path (idx.h), pixels scaled to [0, 1].
+// fashion-mnist / mnist: the IDX files of data.path (idx.h), kept as their bytes (a quarter of the
+// memory, and no pass over all of them at load: a replacement worker starts sooner), each batch
+// scaled to [0, 1] as it is taken.
 // synthetic: a learnable classification problem of any size, for benchmarks of larger models.
 //   Each class k has a mean image mu_k ~ N(0, 1) per value; an example of class k is
 //   mu_k + N(0, 1) noise, its class drawn uniformly. Means and examples come from private
@@ -21,11 +24,12 @@
 namespace cohort::train {
 
 struct Dataset {
-  torch::Tensor images;  // float32 [N, C, H, W]
+  torch::Tensor images;  // uint8 (pixels, 0 to 255) or float32, [N, C, H, W]
   torch::Tensor labels;  // int64 [N]
 
   int64_t size() const { return labels.defined() ? labels.size(0) : 0; }
-  // The examples at `indices` (as DistributedSampler hands them out): {images, labels}.
+  // The examples at `indices` (as DistributedSampler hands them out): {images as float32 (pixels
+  // scaled to [0, 1]), labels}.
   std::pair<torch::Tensor, torch::Tensor> batch(const std::vector<int64_t>& indices) const;
 };
 
