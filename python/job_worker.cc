@@ -57,13 +57,18 @@ JobWorker::JobWorker(const JobWorkerOptions& options) : options_(options) {
   const std::string yaml = to_string(store_->get(elastic::keys::kConfig));
   config_ = train::parse_job_config(yaml, "job config from " + options_.coordinator.str(),
                                     {.check_paths = false});
+  // A coordinator out of reach for longer than failure_timeout has declared this worker lost.
+  const std::chrono::milliseconds reconnect(
+      static_cast<long>(config_.elastic.failure_timeout_s * 1000));
+  store_->set_reconnect_timeout(reconnect);
   store_->set(elastic::keys::joined(options_.rank),
               to_bytes(json{{"host", host_name()}, {"pid", ::getpid()}}.dump()));
   recorder_ = std::make_shared<comm::FlightRecorder>(
       options_.rank, static_cast<size_t>(config_.debug.flight_recorder_entries));
+  auto reporter_store = std::make_unique<store::TcpStore>(options_.coordinator, options_.token);
+  reporter_store->set_reconnect_timeout(reconnect);
   reporter_ = std::make_unique<trace::FlightReporter>(
-      std::make_unique<store::TcpStore>(options_.coordinator, options_.token),
-      elastic::keys::kDebugPrefix, *recorder_, options_.rank);
+      std::move(reporter_store), elastic::keys::kDebugPrefix, *recorder_, options_.rank);
   const dist::GroupSettings group = group_settings();
   agent_ = std::make_unique<elastic::WorkerAgent>(
       *store_, elastic::AgentOptions{.coordinator = options_.coordinator,

@@ -407,6 +407,33 @@ TEST(Elastic, AWorkerRestartedUnderItsRankByAClusterLauncherJoinsAsAReplacement)
   fs::remove_all(dir);
 }
 
+// Workers started elsewhere outlive nothing of a coordinator that is gone: they fence themselves
+// and exit within elastic.failure_timeout_s and a few seconds of last words, not after the store's
+// 30-second timeout.
+TEST(Elastic, WorkersStartedElsewhereExitSoonAfterTheCoordinatorDies) {
+  auto dir = fresh_dir("orphans");
+  const std::string token = (dir / "token").string();
+  const int port = 20000 + (::getpid() + 13) % 20000;
+  Launcher run(dir,
+               {"workers=2", "train.epochs=5", "checkpoint.every_steps=0",
+                "elastic.heartbeat_s=0.2", "elastic.failure_timeout_s=2"},
+               {"--external-workers", "--port", std::to_string(port), "--token-file", token});
+  ASSERT_TRUE(run.wait_until([&] { return fs::exists(token) && fs::file_size(token) > 0; }, 30s))
+      << run.output();
+  ExternalWorker w0(dir / "w0.log", port, token, 0), w1(dir / "w1.log", port, token, 1);
+  ASSERT_TRUE(run.wait_until([&] { return last_step(run.run()) >= 20; }, 120s)) << run.output();
+  ASSERT_EQ(kill(-run.pid(), SIGKILL), 0);
+  run.wait_exit(10s);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (pid_t pid : {w0.pid(), w1.pid()}) {
+    int st = 0;
+    ASSERT_TRUE(run.wait_until([&] { return waitpid(pid, &st, WNOHANG) == pid; }, 20s))
+        << "worker " << pid << " still runs 20 s after its coordinator died";
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 12s);
+  fs::remove_all(dir);
+}
+
 TEST(Elastic, WithoutElasticityALostWorkerFailsTheJobNamingIt) {
   auto dir = fresh_dir("strict");
   Launcher run(dir, {"workers=2", "train.epochs=1"});

@@ -420,6 +420,21 @@ TEST_F(StoreServerTest, AShortWaitOnAServerThatIsGoneEndsAtItsOwnDeadline) {
   EXPECT_LT(since(t0), Millis(2000));
 }
 
+// With a reconnect timeout, any call on a client whose server is gone gives up within it, however
+// long the store's own timeout.
+TEST_F(StoreServerTest, AGoneServerIsGivenUpOnWithinTheReconnectTimeout) {
+  auto srv = std::make_unique<StoreServer>(StoreServerOptions{.token = kToken});
+  TcpStore s(srv->endpoint(), kToken, Millis(20000));
+  s.set_reconnect_timeout(Millis(300));
+  srv.reset();
+  EXPECT_THROW(s.set("x", {}), PeerLostError);
+  for (int i = 0; i < 2; ++i) {
+    auto t0 = Clock::now();
+    EXPECT_THROW(s.set("x", {}), TimeoutError);
+    EXPECT_LT(since(t0), Millis(2000));
+  }
+}
+
 TEST(TcpStoreConnect, WaitsForAServerThatStartsLater) {
   uint16_t port;
   {

@@ -102,7 +102,8 @@ TcpStore::~TcpStore() = default;
 
 StoreResponse TcpStore::call(const StoreRequest& q, Millis io_timeout, Millis connect_timeout) {
   std::lock_guard lk(mu_);
-  StoreResponse r = conn_->call(q, std::min(timeout_, connect_timeout), io_timeout);
+  StoreResponse r =
+      conn_->call(q, std::min({timeout_, connect_timeout, reconnect_timeout_}), io_timeout);
   const std::string where = " (store server " + conn_->server().str() + ")";
   if (r.status == StoreStatus::kError) {
     throw Error(std::string("store ") + op_name(q.op) + " of " + keys_text(q.keys) +

@@ -56,6 +56,10 @@ class TcpStore : public Store {
   TcpStore(const net::Endpoint& server, const std::string& token,
            std::chrono::milliseconds timeout = std::chrono::seconds(30));
   ~TcpStore() override;
+  // How long a call spends connecting again after the connection was lost (at most the store's
+  // timeout). A worker whose coordinator is gone learns it within this, not within the timeout of
+  // whatever it was waiting for.
+  void set_reconnect_timeout(std::chrono::milliseconds t) { reconnect_timeout_ = t; }
 
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key) override;
@@ -75,6 +79,7 @@ class TcpStore : public Store {
   class Conn;
   std::unique_ptr<Conn> conn_;
   std::mutex mu_;  // one request at a time on the connection
+  std::chrono::milliseconds reconnect_timeout_ = std::chrono::milliseconds::max();
 };
 
 }  // namespace cohort::store

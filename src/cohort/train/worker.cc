@@ -47,6 +47,8 @@ int run_worker(const WorkerOptions& options) {
     std::string yaml = to_string(store->get(elastic::keys::kConfig));
     JobConfig cfg = parse_job_config(yaml, "job config from " + options.coordinator.str());
     last_words = std::chrono::milliseconds(static_cast<long>(cfg.elastic.failure_timeout_s * 1000));
+    // A coordinator out of reach for longer than this has declared this worker lost anyway.
+    store->set_reconnect_timeout(last_words);
     int world = static_cast<int>(cfg.workers);
     // Ranks from `workers` on belong to replacements.
     rank = elastic::claim_rank(*store, rank, world,
@@ -60,9 +62,10 @@ int run_worker(const WorkerOptions& options) {
     // communicator is current.
     recorder = std::make_shared<comm::FlightRecorder>(
         rank, static_cast<size_t>(cfg.debug.flight_recorder_entries));
+    auto reporter_store = std::make_unique<store::TcpStore>(options.coordinator, options.token);
+    reporter_store->set_reconnect_timeout(last_words);
     reporter = std::make_unique<trace::FlightReporter>(
-        std::make_unique<store::TcpStore>(options.coordinator, options.token),
-        elastic::keys::kDebugPrefix, *recorder, rank);
+        std::move(reporter_store), elastic::keys::kDebugPrefix, *recorder, rank);
     auto ms = [](double s) { return std::chrono::milliseconds(static_cast<long>(s * 1000)); };
     elastic::WorkerAgent agent(
         *store, {.coordinator = options.coordinator,
