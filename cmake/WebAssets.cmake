@@ -1,9 +1,7 @@
 # The web console's assets: web/*.{html,js,css} and the libraries it uses from npm
 # (web/node_modules, installed by scripts/install-deps.sh with `npm ci`), embedded into a
 # generated source (cmake/EmbedFiles.cmake) that is rebuilt when any of them changes.
-find_package(PkgConfig REQUIRED)
 find_package(SQLite3 REQUIRED)
-pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET GLOBAL cpp-httplib)
 
 set(web_dir ${PROJECT_SOURCE_DIR}/web)
 if(NOT EXISTS ${web_dir}/node_modules/uplot/dist/uPlot.iife.min.js)

@@ -32,7 +32,8 @@ std::optional<JobWorkerOptions> JobWorker::options_from_environment() {
   if (!join || !*join) return std::nullopt;
   JobWorkerOptions o;
   try {
-    o.coordinator = net::Endpoint::parse(join);
+    o.join = join;
+    if (!store::is_etcd(o.join)) net::Endpoint::parse(o.join);  // a clear error now, not later
   } catch (const Error& e) {
     throw ConfigError(std::string("COHORT_JOIN='") + join + "': " + e.what());
   }
@@ -53,25 +54,25 @@ std::optional<JobWorkerOptions> JobWorker::options_from_environment() {
 JobWorker::JobWorker(const JobWorkerOptions& options) : options_(options) {
   log::init("cohort-python");
   log::set_context(options_.rank);
-  store_ = std::make_unique<store::TcpStore>(options_.coordinator, options_.token);
+  store_ = store::connect(options_.join, {.token = options_.token});
   const std::string yaml = to_string(store_->get(elastic::keys::kConfig));
-  config_ = train::parse_job_config(yaml, "job config from " + options_.coordinator.str(),
-                                    {.check_paths = false});
+  config_ =
+      train::parse_job_config(yaml, "job config from " + options_.join, {.check_paths = false});
   // A coordinator out of reach for longer than failure_timeout has declared this worker lost.
   const std::chrono::milliseconds reconnect(
       static_cast<long>(config_.elastic.failure_timeout_s * 1000));
-  store_->set_reconnect_timeout(reconnect);
+  store::set_reconnect_timeout(*store_, reconnect);
   store_->set(elastic::keys::joined(options_.rank),
               to_bytes(json{{"host", host_name()}, {"pid", ::getpid()}}.dump()));
   recorder_ = std::make_shared<comm::FlightRecorder>(
       options_.rank, static_cast<size_t>(config_.debug.flight_recorder_entries));
-  auto reporter_store = std::make_unique<store::TcpStore>(options_.coordinator, options_.token);
-  reporter_store->set_reconnect_timeout(reconnect);
+  auto reporter_store =
+      store::connect(options_.join, {.token = options_.token, .reconnect_timeout = reconnect});
   reporter_ = std::make_unique<trace::FlightReporter>(
       std::move(reporter_store), elastic::keys::kDebugPrefix, *recorder_, options_.rank);
   const dist::GroupSettings group = group_settings();
   agent_ = std::make_unique<elastic::WorkerAgent>(
-      *store_, elastic::AgentOptions{.coordinator = options_.coordinator,
+      *store_, elastic::AgentOptions{.store = options_.join,
                                      .token = options_.token,
                                      .rank = options_.rank,
                                      .heartbeat = ms(config_.elastic.heartbeat_s),
@@ -95,9 +96,8 @@ elastic::Membership JobWorker::join() {
   std::lock_guard lk(mu_);
   if (!membership_) {
     membership_ = agent_->join();
-    spdlog::info("joined job '{}' as rank {} of {} (coordinator {}, membership epoch {})",
-                 config_.name, options_.rank, membership_->members.size(),
-                 options_.coordinator.str(), membership_->epoch);
+    spdlog::info("joined job '{}' as rank {} of {} (store {}, membership epoch {})", config_.name,
+                 options_.rank, membership_->members.size(), options_.join, membership_->epoch);
   }
   return *membership_;
 }

@@ -24,7 +24,8 @@
 #include "cohort/comm/flight_recorder.h"
 #include "cohort/dist/process_group.h"
 #include "cohort/elastic/agent.h"
-#include "cohort/store/tcp_store.h"
+#include "cohort/net/socket.h"
+#include "cohort/store/connect.h"
 #include "cohort/trace/hang_report.h"
 #include "cohort/train/config.h"
 #include "cohort/train/faults.h"
@@ -32,7 +33,7 @@
 namespace cohort::python {
 
 struct JobWorkerOptions {
-  net::Endpoint coordinator;
+  std::string join;  // where the job's store is: HOST:PORT or etcd://... (store/connect.h)
   std::string token;
   int rank = 0;  // in the job (stable across membership epochs)
 };
@@ -87,7 +88,7 @@ class JobWorker : public std::enable_shared_from_this<JobWorker> {
   void publish_status(nlohmann::json s);
 
   JobWorkerOptions options_;
-  std::unique_ptr<store::TcpStore> store_;
+  std::unique_ptr<store::Store> store_;
   train::JobConfig config_;
   std::shared_ptr<comm::FlightRecorder> recorder_;
   std::unique_ptr<trace::FlightReporter> reporter_;  // reads the recorder: after it

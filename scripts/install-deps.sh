@@ -24,6 +24,8 @@ PACKAGES=(
   iproute2 procps
   # cluster launchers the tests run for real: Slurm's daemons and tools, and munge
   slurmctld slurmd slurm-client munge
+  # the job store kept in etcd (coordinator.store): etcd's server, started by the tests
+  etcd-server
 )
 
 missing=()

@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "../store/etcd_cluster.h"
+#include "cohort/store/etcd_store.h"
 #include "files.h"
 #include "shell.h"
 
@@ -431,6 +433,39 @@ TEST(Elastic, WorkersStartedElsewhereExitSoonAfterTheCoordinatorDies) {
         << "worker " << pid << " still runs 20 s after its coordinator died";
   }
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 12s);
+  fs::remove_all(dir);
+}
+
+// coordinator.store in etcd: the job's keys are there while it runs (not in the coordinator), the
+// loss of one member of a three-member etcd cluster goes unnoticed, and the keys go with the job.
+TEST(Elastic, AJobKeptInEtcdTrainsThroughTheLossOfAnEtcdMember) {
+  auto dir = fresh_dir("etcd");
+  cohort::store::testing::EtcdCluster etcd(3);
+  std::vector<std::string> sets = kJob;
+  sets.push_back("coordinator.store=" + etcd.url("jobs"));
+  Launcher run(dir, sets);
+  std::string where;
+  ASSERT_TRUE(run.wait_until(
+      [&] {
+        const std::vector<json> events = read_events(run.run());
+        const json* e = find_event(events, "job_started");
+        if (e) where = e->value("coordinator", "");
+        return e != nullptr;
+      },
+      60s))
+      << run.output();
+  ASSERT_TRUE(where.starts_with(etcd.url("jobs") + "/run-")) << where;
+  cohort::store::EtcdStore job(cohort::store::EtcdAddress::parse(where), 10s);
+  EXPECT_TRUE(job.check({"job/config"}));
+  ASSERT_TRUE(run.wait_until([&] { return last_step(run.run()) >= 60; }, 180s)) << run.output();
+  etcd.kill(0);
+  ASSERT_EQ(run.wait_exit(300s), 0) << run.output();
+  const json summary = read_json(run.run() / "summary.json");
+  EXPECT_EQ(summary["status"], "completed");
+  EXPECT_EQ(summary["workers_lost"], 0) << summary.dump(2);
+  EXPECT_EQ(summary["membership_epoch"], 0) << summary.dump(2);
+  expect_every_sample_once(summary, 1);
+  EXPECT_FALSE(job.check({"job/config"})) << "the finished job's keys are still in etcd";
   fs::remove_all(dir);
 }
 

@@ -180,7 +180,7 @@ TEST(WorkerAgent, AbortRequestReleasesBlockedSurvivorsWhoMeetInTheNextEpoch) {
   });
   auto make_agent = [&](store::Store& s, int rank) {
     return std::make_unique<WorkerAgent>(
-        s, AgentOptions{.coordinator = c.endpoint(),
+        s, AgentOptions{.store = c.endpoint().str(),
                         .token = kToken,
                         .rank = rank,
                         .heartbeat = 100ms,
@@ -257,7 +257,7 @@ TEST(WorkerAgent, WorkerWhoseHeartbeatsDoNotGetThroughFencesItself) {
   }  // closed: connections to it are refused
   store::TcpStore s(c.endpoint(), kToken);
   auto make_agent = [&](const net::Endpoint& heartbeats_to) {
-    return std::make_unique<WorkerAgent>(s, AgentOptions{.coordinator = heartbeats_to,
+    return std::make_unique<WorkerAgent>(s, AgentOptions{.store = heartbeats_to.str(),
                                                          .token = kToken,
                                                          .rank = 0,
                                                          .heartbeat = 50ms,

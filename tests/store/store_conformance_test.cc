@@ -1,5 +1,6 @@
-// One suite for every Store: MemoryStore, TcpStore against a real StoreServer on loopback, and a
-// PrefixStore over each. A behaviour that differs between them is a bug in one of them.
+// One suite for every Store: MemoryStore, TcpStore against a real StoreServer on loopback,
+// EtcdStore against a real etcd, and a PrefixStore over the first two. A behaviour that differs
+// between them is a bug in one of them.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -16,6 +17,7 @@ using testing::StoreKind;
 
 std::vector<StoreKind> all_kinds() {
   std::vector<StoreKind> kinds = testing::base_kinds();
+  kinds.push_back({"Etcd", [] { return std::make_unique<testing::EtcdEnv>(); }});
   for (const auto& base : testing::base_kinds()) {
     kinds.push_back({"PrefixOver" + base.name, [make = base.make] {
                        return std::make_unique<testing::PrefixEnv>(make(), "job7");

@@ -1,15 +1,19 @@
 // Store implementations under test, behind one interface so that each test is written once.
 #pragma once
 
+#include <unistd.h>
+
 #include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "cohort/store/etcd_store.h"
 #include "cohort/store/memory_store.h"
 #include "cohort/store/prefix_store.h"
 #include "cohort/store/tcp_store.h"
+#include "etcd_cluster.h"
 
 namespace cohort::store::testing {
 
@@ -48,6 +52,28 @@ class TcpEnv : public StoreEnv {
  private:
   StoreServer server_;
   std::vector<std::unique_ptr<TcpStore>> clients_;
+};
+
+// A real etcd (one per test process, started at first use), a fresh prefix for each environment.
+class EtcdEnv : public StoreEnv {
+ public:
+  EtcdEnv() : url_(cluster().url("t" + std::to_string(getpid()) + "-" + std::to_string(next()))) {}
+  Store& client(Millis timeout) override {
+    clients_.push_back(std::make_unique<EtcdStore>(EtcdAddress::parse(url_), timeout));
+    return *clients_.back();
+  }
+  static EtcdCluster& cluster() {
+    static EtcdCluster c(1);
+    return c;
+  }
+
+ private:
+  static int next() {
+    static int n = 0;
+    return n++;
+  }
+  std::string url_;
+  std::vector<std::unique_ptr<EtcdStore>> clients_;
 };
 
 class PrefixEnv : public StoreEnv {

@@ -106,6 +106,7 @@ TEST(JobConfig, ToYamlRoundTrips) {
                        "powersgd: {rank: 2, warmup_steps: 0}}"),
            std::string("dashboard: {port: 0, bind: 0.0.0.0}"),
            std::string("dashboard: {enabled: false, port: 9000}"),
+           std::string("coordinator: {store: \"etcd://10.0.0.1:2379,10.0.0.2:2379/jobs\"}"),
        }) {
     JobConfig c = parse_job_config(yaml, "job.yaml");
     std::string out = to_yaml(c);
@@ -384,6 +385,18 @@ TEST(JobConfig, ADashboardSectionTurnsTheConsoleOn) {
             "job.yaml:1:13: dashboard.prot: unknown key; did you mean 'port'?");
   EXPECT_EQ(error_of("dashboard: 8080"),
             "job.yaml:1:12: dashboard: expected a map of keys, got 8080");
+}
+
+TEST(JobConfig, CoordinatorStoreIsAnEtcdAddressOrNothing) {
+  EXPECT_EQ(parse_job_config("", "j").coordinator.store, "");
+  EXPECT_EQ(parse_job_config("coordinator: {store: etcd://h:2379/jobs}", "j").coordinator.store,
+            "etcd://h:2379/jobs");
+  EXPECT_EQ(error_of("coordinator: {store: h:2379}"),
+            "job.yaml:1:22: coordinator.store: bad etcd address 'h:2379': expected "
+            "etcd://HOST:PORT[,HOST:PORT]/PREFIX");
+  EXPECT_EQ(error_of("coordinator:\n  store: etcd://h:2379"),
+            "job.yaml:2:10: coordinator.store: etcd address 'etcd://h:2379' names no prefix: "
+            "etcd://HOST:PORT/PREFIX keeps one job's keys apart from another's");
 }
 
 TEST(JobConfig, ExamplesAreValid) {

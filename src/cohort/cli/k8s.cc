@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cohort/base/base64.h"
 #include "cohort/base/checksum.h"
 #include "cohort/base/error.h"
 #include "cohort/base/secret.h"
@@ -50,29 +51,6 @@ int usage(std::ostream& os, int code) {
         "examples/k8s/Dockerfile. The token is read from --token-file, or made. Apply with\n"
         "`kubectl apply -f FILE`; docs/clusters.md.\n";
   return code;
-}
-
-std::string base64(const std::string& in) {
-  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
-    for (int s = 18; s >= 0; s -= 6) out += k[(v >> s) & 63];
-  }
-  if (i + 1 == in.size()) {
-    const uint32_t v = uint8_t(in[i]) << 16;
-    out += k[(v >> 18) & 63];
-    out += k[(v >> 12) & 63];
-    out += "==";
-  } else if (i + 2 == in.size()) {
-    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
-    out += k[(v >> 18) & 63];
-    out += k[(v >> 12) & 63];
-    out += k[(v >> 6) & 63];
-    out += '=';
-  }
-  return out;
 }
 
 // A Kubernetes name: lower-case letters, digits and '-', starting and ending with a letter or
@@ -135,7 +113,7 @@ struct Manifests {
             {"kind", "Secret"},
             {"metadata", metadata(job + "-token", ns, job, "token")},
             {"type", "Opaque"},
-            {"data", {{"token", base64(token)}}}};
+            {"data", {{"token", base64_encode(token)}}}};
   }
 
   ojson config_map() const {
@@ -279,6 +257,11 @@ int k8s_main(int argc, char** argv) {
     throw ConfigError(
         "cohort k8s: a Python program's workers are started by `cohort run`; "
         "run the image's cohort run in one pod instead");
+  }
+  if (!cfg.coordinator.store.empty()) {
+    throw ConfigError("cohort k8s: coordinator.store (" + cfg.coordinator.store +
+                      ") is not supported in the manifests yet: the workers join the "
+                      "coordinator's Service; leave coordinator.store out");
   }
   std::string token;
   if (auto f = args.get("token-file")) {

@@ -47,7 +47,7 @@
 #include "cohort/elastic/job_protocol.h"
 #include "cohort/elastic/process.h"
 #include "cohort/monitor/live_console.h"
-#include "cohort/store/tcp_store.h"
+#include "cohort/store/connect.h"
 #include "cohort/trace/hang_report.h"
 #include "cohort/trace/straggler.h"
 #include "cohort/train/config.h"
@@ -114,7 +114,7 @@ std::string tail_of(const fs::path& p, size_t max_bytes = 2000) {
 // The web console of the job (dashboard: in the job file). Its URL goes to the terminal, to
 // <run_dir>/console.url and to events.jsonl.
 std::unique_ptr<monitor::LiveConsole> start_console(const train::JobConfig& cfg,
-                                                    const net::Endpoint& store,
+                                                    const std::string& store,
                                                     const std::string& token,
                                                     const fs::path& run_dir, EventLog& events) {
   auto console = std::make_unique<monitor::LiveConsole>(monitor::LiveConsoleOptions{
@@ -298,7 +298,14 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
   std::string token = job_token(settings.token_file);
 
   auto ms = [](double sec) { return std::chrono::milliseconds(static_cast<long>(sec * 1000)); };
+  // An etcd-kept job's keys go under PREFIX/<run directory>-<start time>: a resumed run is a
+  // new job there, and jobs never share keys.
+  const std::string job_store =
+      cfg.coordinator.store.empty()
+          ? ""
+          : cfg.coordinator.store + "/" + run_dir.filename().string() + "-" + timestamp_for_dir();
   elastic::Coordinator coordinator({
+      .store = job_store,
       .bind_host = settings.bind,
       .port = settings.port,
       .token = token,
@@ -312,12 +319,16 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
                      .failure_timeout = ms(cfg.elastic.failure_timeout_s),
                      .join_timeout = ms(cfg.elastic.join_timeout_s)},
   });
-  auto ep = coordinator.endpoint();
+  // The launcher's workers reach the coordinator where it listens (loopback when it listens on
+  // every address); on a Slurm allocation, at this node's address.
+  const std::string local_join = coordinator.join_address("127.0.0.1");
+  const std::string join =
+      coordinator.join_address(slurm ? slurm->this_node_address() : std::string("127.0.0.1"));
   std::unique_ptr<monitor::LiveConsole> console;
-  if (cfg.dashboard.enabled) console = start_console(cfg, ep, token, run_dir, events);
+  if (cfg.dashboard.enabled) console = start_console(cfg, local_join, token, run_dir, events);
   events.write({{"event", resume_dir.empty() ? "job_started" : "job_resumed"},
                 {"workers", cfg.workers},
-                {"coordinator", ep.str()}});
+                {"coordinator", join}});
   std::printf("cohort: job '%s' with %ld workers, run directory %s\n", cfg.name.c_str(),
               static_cast<long>(cfg.workers), run_dir.c_str());
   std::fflush(stdout);
@@ -346,19 +357,14 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
   if (settings.external) {
     std::printf(
         "cohort: waiting for %ld workers: cohort worker --join %s --token-file %s\n",
-        static_cast<long>(cfg.workers), ep.str().c_str(),
+        static_cast<long>(cfg.workers), join.c_str(),
         (settings.token_file.empty() ? "<file with the job token>" : settings.token_file.c_str()));
     std::fflush(stdout);
   }
-  // The launcher's workers reach the coordinator where it listens (loopback when it listens on
-  // every address); on a Slurm allocation, at this node's address.
-  const bool any_address = ep.host.empty() || ep.host == "0.0.0.0" || ep.host == "::";
-  const std::string local_host = any_address ? "127.0.0.1" : ep.host;
-  const std::string join_host = slurm && any_address ? slurm->this_node_address() : local_host;
-  const WorkerCommand command{.executable = self,
-                              .join = join_host + ":" + std::to_string(ep.port),
-                              .token = token,
-                              .threads = cfg.threads_per_worker};
+  const std::string local_host =
+      store::is_etcd(local_join) ? "127.0.0.1" : net::Endpoint::parse(local_join).host;
+  const WorkerCommand command{
+      .executable = self, .join = join, .token = token, .threads = cfg.threads_per_worker};
   // A Python program's env:// rendezvous (torch.distributed's own store).
   std::unique_ptr<TorchRendezvous> rendezvous;
   if (python) rendezvous = std::make_unique<TorchRendezvous>(local_host, 0, cfg.workers);
@@ -367,15 +373,14 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
     WorkerCommand w = command;
     w.log = log;
     auto child = elastic::ChildProcess::spawn(
-        python
-            ? python_worker_process(cfg, {.rank = r,
-                                          .world_size = static_cast<int>(cfg.workers),
-                                          .coordinator = local_host + ":" + std::to_string(ep.port),
-                                          .master_addr = local_host,
-                                          .master_port = rendezvous->port(),
-                                          .token = token,
-                                          .run_dir = fs::absolute(run_dir).string(),
-                                          .log = log})
+        python  ? python_worker_process(cfg, {.rank = r,
+                                              .world_size = static_cast<int>(cfg.workers),
+                                              .coordinator = local_join,
+                                              .master_addr = local_host,
+                                              .master_port = rendezvous->port(),
+                                              .token = token,
+                                              .run_dir = fs::absolute(run_dir).string(),
+                                              .log = log})
         : slurm ? slurm_worker(*slurm, w, r)
                 : local_worker(w, r));
     coordinator.worker_started(r, child.pid());
@@ -411,8 +416,8 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
   };
 
   // A job bound to one interface has no store on 127.0.0.1.
-  store::TcpStore debug_store({local_host, ep.port}, token);
-  trace::HangWatch hang_watch(debug_store, elastic::keys::kDebugPrefix,
+  auto debug_store = store::connect(local_join, {.token = token});
+  trace::HangWatch hang_watch(*debug_store, elastic::keys::kDebugPrefix,
                               static_cast<int>(cfg.workers), cfg.debug.hang_timeout_s);
   auto next_hang_check = Clock::now(), next_straggler_check = Clock::now();
   std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::app);
@@ -428,9 +433,9 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
         continue;
       }
       const std::string key = elastic::keys::status(r);
-      if (!debug_store.check({key})) continue;
+      if (!debug_store->check({key})) continue;
       try {
-        json st = json::parse(store::to_string(debug_store.get(key)));
+        json st = json::parse(store::to_string(debug_store->get(key)));
         if (!st.contains("busy")) continue;
         std::vector<double> busy;
         for (int64_t us : st["busy"].value("us", std::vector<int64_t>{})) busy.push_back(us / 1e6);
@@ -627,6 +632,7 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
   if (!error.empty()) summary["error"] = error;
   write_file_atomically(run_dir / "summary.json", summary.dump(2) + "\n");
   events.write({{"event", "job_" + status}, {"error", error}});
+  coordinator.forget_job();
   spdlog::info("job {}{}", status, error.empty() ? "" : ": " + error);
   if (console) console->monitor().finish(status, summary);
 

@@ -12,6 +12,7 @@
 #include "cohort/cli/args.h"
 #include "cohort/cli/commands.h"
 #include "cohort/net/socket.h"
+#include "cohort/store/connect.h"
 
 namespace cohort::cli {
 namespace {
@@ -38,7 +39,8 @@ int worker_main(int argc, char** argv) {
   Args args(argc, argv, {"join", "rank", "token-file", "bind"}, {"help"});
   if (args.has("help") || !args.has("join")) {
     (args.has("help") ? std::cout : std::cerr)
-        << "usage: cohort worker --join HOST:PORT [--rank R] [--bind HOST] [--token-file F]\n"
+        << "usage: cohort worker --join HOST:PORT|etcd://HOST:PORT/PREFIX [--rank R] [--bind HOST] "
+           "[--token-file F]\n"
            "--bind: where peers reach this worker (default: the address of the interface that\n"
            "leads to the coordinator). The rank comes from --rank, else COHORT_RANK, Open MPI,\n"
            "Slurm or a Kubernetes Indexed Job; a rank that joined before is replaced.\n"
@@ -46,7 +48,8 @@ int worker_main(int argc, char** argv) {
     return args.has("help") ? 0 : 2;
   }
   train::WorkerOptions opts;
-  opts.coordinator = net::Endpoint::parse(*args.get("join"));
+  opts.join = *args.get("join");
+  if (!store::is_etcd(opts.join)) net::Endpoint::parse(opts.join);  // refused now, not later
   if (auto f = args.get("token-file")) {
     opts.token = read_secret_file(*f, "--token-file");
   } else if (const char* t = std::getenv("COHORT_TOKEN")) {
@@ -61,7 +64,7 @@ int worker_main(int argc, char** argv) {
     opts.bind_host = *bind;
   } else {
     try {
-      opts.bind_host = net::local_address_towards(opts.coordinator.host);
+      opts.bind_host = net::local_address_towards(store::store_host(opts.join));
     } catch (const Error& e) {
       throw ConfigError("cohort worker: cannot tell which address peers reach this worker at (" +
                         std::string(e.what()) + "); pass --bind");

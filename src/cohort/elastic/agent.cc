@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "cohort/elastic/job_protocol.h"
-#include "cohort/store/tcp_store.h"
+#include "cohort/store/connect.h"
 
 namespace cohort::elastic {
 
@@ -49,7 +49,7 @@ WorkerAgent::~WorkerAgent() {
 }
 
 void WorkerAgent::heartbeat_loop() {
-  std::unique_ptr<store::TcpStore> store;
+  std::unique_ptr<store::Store> store;
   auto next_beat = Clock::now();
   auto last_through = Clock::now();  // the last heartbeat the coordinator got
   bool warned = false;
@@ -61,7 +61,7 @@ void WorkerAgent::heartbeat_loop() {
     if (options_.failure_timeout.count() > 0 && !cut_off_.load() &&
         Clock::now() - last_through >= options_.failure_timeout) {
       cut_off_reason_ = "rank " + std::to_string(options_.rank) + ": no heartbeat reached the " +
-                        "coordinator " + options_.coordinator.str() + " for " +
+                        "coordinator (through the job's store " + options_.store + ") for " +
                         std::to_string(options_.failure_timeout.count()) +
                         " ms: cut off from the job, which goes on without this worker";
       cut_off_ = true;
@@ -72,9 +72,9 @@ void WorkerAgent::heartbeat_loop() {
     try {
       // A short connect timeout: a worker whose coordinator is gone must still exit promptly.
       if (!store) {
-        store =
-            std::make_unique<store::TcpStore>(options_.coordinator, options_.token,
-                                              std::max<Millis>(options_.heartbeat, Millis(2000)));
+        store = store::connect(options_.store,
+                               {.token = options_.token,
+                                .timeout = std::max<Millis>(options_.heartbeat, Millis(2000))});
       }
       if (Clock::now() >= next_beat) {
         store->add(keys::heartbeat(options_.rank), 1);

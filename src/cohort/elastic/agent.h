@@ -47,7 +47,7 @@ struct Membership {
 };
 
 struct AgentOptions {
-  net::Endpoint coordinator;
+  std::string store;  // where the job's store is (store/connect.h)
   std::string token;
   int rank = 0;  // this worker's rank in the job (stable across epochs)
   std::chrono::milliseconds heartbeat{1000};

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "cohort/base/error.h"
 #include "cohort/base/log.h"
 #include "cohort/elastic/job_protocol.h"
+#include "cohort/store/connect.h"
+#include "cohort/store/etcd_store.h"
 
 namespace cohort::elastic {
 
@@ -27,12 +30,15 @@ std::string seconds_text(double s) {
 }  // namespace
 
 Coordinator::Coordinator(const CoordinatorOptions& options) : options_(options) {
-  server_ = std::make_unique<store::StoreServer>(store::StoreServerOptions{
-      .bind_host = options.bind_host, .port = options.port, .token = options.token});
-  // A wildcard bind is reached through loopback from inside this process.
-  net::Endpoint self = server_->endpoint();
-  if (self.host.empty() || self.host == "0.0.0.0" || self.host == "::") self.host = "127.0.0.1";
-  client_ = std::make_unique<store::TcpStore>(self, options.token);
+  if (store::is_etcd(options.store)) {
+    client_ = store::connect(options.store, {});
+    if (client_->check({keys::kConfig}))
+      throw ConfigError("etcd prefix of " + options.store + " already holds a job");
+  } else {
+    server_ = std::make_unique<store::StoreServer>(store::StoreServerOptions{
+        .bind_host = options.bind_host, .port = options.port, .token = options.token});
+    client_ = store::connect(join_address("127.0.0.1"), {.token = options.token});
+  }
   client_->set(keys::kConfig, to_bytes(options.config_yaml));
   client_->set(keys::kWorldSize, to_bytes(std::to_string(options.world_size)));
   client_->set(keys::kRunDir, to_bytes(options.run_dir));
@@ -48,8 +54,26 @@ Coordinator::~Coordinator() {
   if (server_) server_->stop();
 }
 
+void Coordinator::forget_job() {
+  if (auto* etcd = dynamic_cast<store::EtcdStore*>(client_.get())) {
+    try {
+      etcd->delete_all();
+    } catch (const Error& e) {
+      spdlog::warn("could not remove the job's keys from {}: {}", options_.store, e.what());
+    }
+  }
+}
+
 net::Endpoint Coordinator::endpoint() const {
+  if (!server_) throw Error("the job's store is " + options_.store + ", not this process");
   return server_->endpoint();
+}
+
+std::string Coordinator::join_address(const std::string& host) const {
+  if (!server_) return options_.store;
+  net::Endpoint ep = server_->endpoint();
+  if (ep.host.empty() || ep.host == "0.0.0.0" || ep.host == "::") ep.host = host;
+  return ep.str();
 }
 
 std::vector<json> Coordinator::poll_records(std::string (*key)(long), long& next) {

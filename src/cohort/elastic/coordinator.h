@@ -41,6 +41,9 @@ struct MembershipPolicy {
 };
 
 struct CoordinatorOptions {
+  // The job's store: empty, a StoreServer embedded here (bind_host, port, token); or an etcd
+  // address (store/etcd_store.h) whose prefix is this job's alone.
+  std::string store;
   std::string bind_host = "127.0.0.1";
   uint16_t port = 0;
   std::string token;
@@ -65,8 +68,15 @@ class Coordinator {
  public:
   explicit Coordinator(const CoordinatorOptions& options);
   ~Coordinator();
+  // Removes the job's keys from an etcd store once the job is over (nothing for the embedded
+  // store, which goes with this process).
+  void forget_job();
 
+  // Where the embedded store listens (an etcd-kept job has none: throws Error).
   net::Endpoint endpoint() const;
+  // What workers are told to join: the embedded store's HOST:PORT, reached at `host` when it
+  // listens on every address, or the etcd address.
+  std::string join_address(const std::string& host) const;
   int world_size() const { return options_.world_size; }
 
   // New progress records since the last call, in order.
@@ -132,7 +142,7 @@ class Coordinator {
 
   CoordinatorOptions options_;
   std::unique_ptr<store::StoreServer> server_;
-  std::unique_ptr<store::TcpStore> client_;
+  std::unique_ptr<store::Store> client_;
   long next_metric_ = 0;
   long next_event_ = 0;
 

@@ -1,6 +1,6 @@
 #include "cohort/monitor/live_console.h"
 
-#include "cohort/store/tcp_store.h"
+#include "cohort/store/connect.h"
 
 namespace cohort::monitor {
 
@@ -11,9 +11,7 @@ LiveConsole::LiveConsole(const LiveConsoleOptions& options)
   server_->add_job("", monitor_);
   server_->start();
   monitor_->set_console_url(server_->url());
-  net::Endpoint store = options.store;
-  if (store.host.empty() || store.host == "0.0.0.0" || store.host == "::") store.host = "127.0.0.1";
-  poller_ = std::make_unique<StatusPoller>(std::make_unique<store::TcpStore>(store, options.token),
+  poller_ = std::make_unique<StatusPoller>(store::connect(options.store, {.token = options.token}),
                                            *monitor_, options.job.world_size);
   poller_->start();
 }

@@ -16,8 +16,8 @@ namespace cohort::monitor {
 struct LiveConsoleOptions {
   std::string bind_host = "127.0.0.1";
   uint16_t port = 0;
-  net::Endpoint store;  // the coordinator's store
-  std::string token;    // the job token, for the store
+  std::string store;  // the job's store, as workers join it (store/connect.h)
+  std::string token;  // the job token, for the store
   JobInfo job;
 };
 

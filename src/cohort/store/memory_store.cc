@@ -16,6 +16,20 @@ std::string describe_missing(const std::vector<std::string>& missing) {
   return s;
 }
 
+int64_t counter_value(const std::string& key, const Bytes& value) {
+  if (value.empty()) return 0;
+  const std::string text = to_string(value);
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size()) throw Error("store key '" + key + "' does not hold an integer");
+  return v;
+}
+
 void MemoryStore::set(const std::string& key, const Bytes& value) {
   {
     std::lock_guard lk(mu_);
@@ -49,16 +63,7 @@ int64_t MemoryStore::add(const std::string& key, int64_t delta) {
   {
     std::lock_guard lk(mu_);
     auto it = data_.find(key);
-    if (it != data_.end() && !it->second.empty()) {
-      const std::string text = to_string(it->second);
-      size_t used = 0;
-      try {
-        v = std::stoll(text, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != text.size()) throw Error("store key '" + key + "' does not hold an integer");
-    }
+    if (it != data_.end()) v = counter_value(key, it->second);
     v += delta;
     data_[key] = to_bytes(std::to_string(v));
   }

@@ -35,4 +35,7 @@ class MemoryStore : public Store {
 // Formats the missing keys of a wait for a TimeoutError message.
 std::string describe_missing(const std::vector<std::string>& missing);
 
+// The integer a counter key holds (an empty value is 0); throws Error naming the key otherwise.
+int64_t counter_value(const std::string& key, const Bytes& value);
+
 }  // namespace cohort::store

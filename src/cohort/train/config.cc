@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cohort/base/error.h"
+#include "cohort/store/etcd_store.h"
 #include "cohort/train/idx.h"
 #include "cohort/train/yaml_reader.h"
 
@@ -23,7 +24,8 @@ const Schema& schema() {
   static const Schema s = {
       {"",
        {"name", "workers", "threads_per_worker", "model", "data", "train", "comm", "sync",
-        "checkpoint", "elastic", "dashboard", "faults", "debug", "trace", "program"}},
+        "checkpoint", "elastic", "dashboard", "coordinator", "faults", "debug", "trace",
+        "program"}},
       {"model", {"name", "memory_format"}},
       {"data", {"name", "path", "samples", "shape", "classes"}},
       {"train",
@@ -44,6 +46,7 @@ const Schema& schema() {
        {"min_workers", "max_workers", "heartbeat_s", "failure_timeout_s", "max_restarts",
         "snapshot_every_steps", "join_timeout_s"}},
       {"dashboard", {"enabled", "bind", "port"}},
+      {"coordinator", {"store"}},
       {"faults[]", {"kind", "rank", "at_step", "seconds", "factor", "every"}},
       {"debug",
        {"check_collectives", "check_params_every", "hang_timeout_s", "flight_recorder_entries",
@@ -576,6 +579,15 @@ JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
   }
   read_elastic(r, root, c);
   read_dashboard(r, root, c.dashboard);
+  YAML::Node coord = r.section(root, "coordinator");
+  if (auto s = r.get_string(coord, "coordinator.store")) {
+    try {
+      store::EtcdAddress::parse(*s);
+    } catch (const ConfigError& e) {
+      r.fail("coordinator.store", YamlReader::child(coord, "coordinator.store"), e.what());
+    }
+    c.coordinator.store = *s;
+  }
   read_faults(r, root, c.workers, c.faults);
   read_debug(r, root, c.debug);
   YAML::Node trace = r.section(root, "trace");

@@ -160,6 +160,14 @@ struct DashboardConfig {
   bool operator==(const DashboardConfig&) const = default;
 };
 
+// Where the job's rendezvous and membership live (docs/job-config.md, "coordinator"): empty, the
+// store embedded in the coordinator; "etcd://HOST:PORT[,HOST:PORT...]/PREFIX", an etcd cluster
+// (each run under PREFIX/<run directory's name>).
+struct CoordinatorConfig {
+  std::string store;
+  bool operator==(const CoordinatorConfig&) const = default;
+};
+
 // A fault injected on purpose, to test how the job and its tools react (docs/job-config.md).
 // It fires on `rank` at the step boundary where that rank has completed `at_step` steps.
 // Stragglers has no rank: from at_step on, in each window of `every` steps one worker, chosen at
@@ -216,6 +224,7 @@ struct JobConfig {
   CheckpointConfig checkpoint;
   ElasticConfig elastic;
   DashboardConfig dashboard;
+  CoordinatorConfig coordinator;
   std::vector<FaultConfig> faults;
   DebugConfig debug;
   TraceConfig trace;

@@ -15,7 +15,7 @@
 #include "cohort/elastic/agent.h"
 #include "cohort/elastic/job_protocol.h"
 #include "cohort/elastic/rank_claim.h"
-#include "cohort/store/tcp_store.h"
+#include "cohort/store/connect.h"
 #include "cohort/trace/hang_report.h"
 #include "cohort/train/trainer.h"
 
@@ -40,7 +40,7 @@ void keep_freed_memory() {
 
 int run_worker(const WorkerOptions& options) {
   keep_freed_memory();
-  std::unique_ptr<store::TcpStore> store;
+  std::unique_ptr<store::Store> store;
   std::shared_ptr<comm::FlightRecorder> recorder;
   std::unique_ptr<trace::FlightReporter> reporter;  // reads the recorder: declared after it
   int rank = options.rank;
@@ -58,32 +58,32 @@ int run_worker(const WorkerOptions& options) {
     store->set(elastic::keys::status(rank), to_bytes(s.dump()));
   };
   try {
-    store = std::make_unique<store::TcpStore>(options.coordinator, options.token);
+    store = store::connect(options.join, {.token = options.token});
     std::string yaml = to_string(store->get(elastic::keys::kConfig));
-    JobConfig cfg = parse_job_config(yaml, "job config from " + options.coordinator.str());
+    JobConfig cfg = parse_job_config(yaml, "job config from " + options.join);
     last_words = std::chrono::milliseconds(static_cast<long>(cfg.elastic.failure_timeout_s * 1000));
     // A coordinator out of reach for longer than this has declared this worker lost anyway.
-    store->set_reconnect_timeout(last_words);
+    store::set_reconnect_timeout(*store, last_words);
     int world = static_cast<int>(cfg.workers);
     // Ranks from `workers` on belong to replacements.
     rank = elastic::claim_rank(*store, rank, world,
                                static_cast<int>(cfg.workers + cfg.elastic.max_restarts),
                                to_bytes(json{{"host", host_name()}, {"pid", ::getpid()}}.dump()));
     log::set_context(rank);
-    spdlog::info("joined job '{}' as rank {} of {} (coordinator {})", cfg.name, rank, world,
-                 options.coordinator.str());
+    spdlog::info("joined job '{}' as rank {} of {} (store {})", cfg.name, rank, world,
+                 options.join);
 
     // One flight recorder across membership epochs: the reporter answers for whichever
     // communicator is current.
     recorder = std::make_shared<comm::FlightRecorder>(
         rank, static_cast<size_t>(cfg.debug.flight_recorder_entries));
-    auto reporter_store = std::make_unique<store::TcpStore>(options.coordinator, options.token);
-    reporter_store->set_reconnect_timeout(last_words);
+    auto reporter_store =
+        store::connect(options.join, {.token = options.token, .reconnect_timeout = last_words});
     reporter = std::make_unique<trace::FlightReporter>(
         std::move(reporter_store), elastic::keys::kDebugPrefix, *recorder, rank);
     auto ms = [](double s) { return std::chrono::milliseconds(static_cast<long>(s * 1000)); };
     elastic::WorkerAgent agent(
-        *store, {.coordinator = options.coordinator,
+        *store, {.store = options.join,
                  .token = options.token,
                  .rank = rank,
                  .heartbeat = ms(cfg.elastic.heartbeat_s),

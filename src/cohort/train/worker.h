@@ -10,7 +10,7 @@
 namespace cohort::train {
 
 struct WorkerOptions {
-  net::Endpoint coordinator;
+  std::string join;  // where the job's store is: HOST:PORT or etcd://... (store/connect.h)
   std::string token;
   int rank = -1;                        // -1: take the next free rank from the coordinator
   std::string bind_host = "127.0.0.1";  // where this worker listens for its peers

@@ -1,0 +1,345 @@
+// EtcdStore: calls on etcd's JSON gateway (/v3/kv/range, put, txn, deleterange, /v3/watch).
+// Keys and values travel base64-encoded; 64-bit integers (revisions) as decimal strings.
+#include "cohort/store/etcd_store.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+#include "cohort/base/base64.h"
+#include "cohort/base/error.h"
+#include "cohort/store/memory_store.h"
+
+namespace cohort::store {
+namespace {
+
+using nlohmann::json;
+
+// One call, or one watch, waits on a member no longer than this before trying again (a member
+// whose machine died leaves a connection that never answers).
+constexpr Millis kCallBound{5000};
+// A call whose deadline has (nearly) passed still gets this long: wait(keys, 0) looks once.
+constexpr Millis kCallAtLeast{1000};
+constexpr Millis kWatchBound{10000};
+// etcd's default --max-request-bytes: a larger request is cut off with the connection, which
+// would look like a member that does not answer.
+constexpr size_t kMaxRequestBytes = 3u << 19;
+
+std::string b64(const std::string& s) {
+  return base64_encode(s);
+}
+std::string b64(const Bytes& b) {
+  return base64_encode(std::string(b.begin(), b.end()));
+}
+
+Bytes unb64(const json& j, const char* field) {
+  if (!j.contains(field)) return {};  // proto3's JSON leaves empty values out
+  return to_bytes(base64_decode(j.at(field).get<std::string>()));
+}
+
+int64_t int_field(const json& j, const char* field) {
+  if (!j.contains(field)) return 0;
+  const json& v = j.at(field);
+  return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>();
+}
+
+// A key as the range of one call returned it.
+struct Kv {
+  Bytes value;
+  int64_t mod_revision = 0;
+};
+
+std::optional<Kv> first_kv(const json& range_response) {
+  if (!range_response.contains("kvs") || range_response["kvs"].empty()) return std::nullopt;
+  const json& kv = range_response["kvs"][0];
+  return Kv{unb64(kv, "value"), int_field(kv, "mod_revision")};
+}
+
+std::string remaining_text(Millis t) {
+  return std::to_string(t.count()) + " ms";
+}
+
+}  // namespace
+
+EtcdAddress EtcdAddress::parse(const std::string& url) {
+  if (!is_etcd_url(url))
+    throw ConfigError("bad etcd address '" + url +
+                      "': expected etcd://HOST:PORT[,HOST:PORT]/PREFIX");
+  const std::string rest = url.substr(7);
+  const size_t slash = rest.find('/');
+  EtcdAddress a;
+  a.prefix = slash == std::string::npos ? "" : rest.substr(slash + 1);
+  while (!a.prefix.empty() && a.prefix.back() == '/') a.prefix.pop_back();
+  if (a.prefix.empty())
+    throw ConfigError("etcd address '" + url +
+                      "' names no prefix: etcd://HOST:PORT/PREFIX keeps "
+                      "one job's keys apart from another's");
+  std::string hosts = rest.substr(0, slash);
+  for (size_t start = 0; start <= hosts.size();) {
+    size_t comma = hosts.find(',', start);
+    if (comma == std::string::npos) comma = hosts.size();
+    const std::string one = hosts.substr(start, comma - start);
+    if (one.empty()) throw ConfigError("etcd address '" + url + "' has an empty member");
+    a.members.push_back(net::Endpoint::parse(one));
+    start = comma + 1;
+  }
+  return a;
+}
+
+std::string EtcdAddress::str() const {
+  std::string s = "etcd://";
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (i) s += ',';
+    s += members[i].str();
+  }
+  return s + "/" + prefix;
+}
+
+// The HTTP side: one keep-alive connection to the member in use; on a failure, the next member.
+class EtcdStore::Gateway {
+ public:
+  explicit Gateway(std::vector<net::Endpoint> members) : members_(std::move(members)) {}
+
+  // POSTs body to path; returns the response's JSON. Members that cannot be reached, or that
+  // answer that they have no leader, are passed over until the deadline.
+  json call(const std::string& path, const json& body, Deadline deadline) {
+    const std::string text = body.dump();
+    if (text.size() > kMaxRequestBytes)
+      throw Error("etcd request " + path + " of " + std::to_string(text.size()) +
+                  " bytes is over etcd's default limit of 1.5 MiB (--max-request-bytes)");
+    std::string last_error = "no member tried";
+    for (Millis backoff{5};; backoff = std::min(backoff * 2, Millis(500))) {
+      httplib::Client& c = client(std::clamp(deadline.remaining(), kCallAtLeast, kCallBound));
+      auto res = c.Post(path.c_str(), text, "application/json");
+      if (res && res->status == 200) return json::parse(res->body);
+      if (res) {
+        const std::string message = error_message(res->body);
+        if (!retryable(res->status, message))
+          throw Error("etcd member " + member().str() + " refused " + path + ": " + message);
+        last_error = message;
+      } else {
+        last_error = httplib::to_string(res.error());
+      }
+      give_up_member(last_error);
+      if (deadline.remaining() <= backoff) break;
+      std::this_thread::sleep_for(backoff);  // back-off between tries, not synchronisation
+    }
+    throw TimeoutError("no etcd member of " + members_text() + " answered " + path +
+                       " in time; last error: " + last_error);
+  }
+
+  // Watches `key` from `revision` until a put of it arrives (its value) or the watch ends without
+  // one (nullopt: the caller looks again). Bounded by the deadline and kWatchBound.
+  std::optional<Bytes> watch(const std::string& key, int64_t revision, Deadline deadline) {
+    const Millis bound = std::min(deadline.remaining(), kWatchBound);
+    httplib::Client& c = client(bound);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v3/watch";
+    req.set_header("Content-Type", "application/json");
+    req.body =
+        json{{"create_request", {{"key", b64(key)}, {"start_revision", std::to_string(revision)}}}}
+            .dump();
+    std::string pending;
+    std::optional<Bytes> value;
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      pending.append(data, n);
+      for (size_t eol; (eol = pending.find('\n')) != std::string::npos;) {
+        const json message = json::parse(pending.substr(0, eol), nullptr, false);
+        pending.erase(0, eol + 1);
+        if (message.is_discarded() || !message.contains("result")) continue;
+        for (const json& ev : message["result"].value("events", json::array())) {
+          if (ev.value("type", "PUT") == "PUT") value = unb64(ev.at("kv"), "value");
+        }
+        if (value) return false;  // ends the stream
+      }
+      return true;
+    };
+    httplib::Response res;
+    httplib::Error err = httplib::Error::Success;
+    if (!c.send(req, res, err) && !value && err != httplib::Error::Read)
+      give_up_member(httplib::to_string(err));
+    return value;
+  }
+
+  std::string members_text() const {
+    std::string s;
+    for (size_t i = 0; i < members_.size(); ++i) {
+      if (i) s += ',';
+      s += members_[i].str();
+    }
+    return s;
+  }
+
+ private:
+  const net::Endpoint& member() const { return members_[current_]; }
+
+  httplib::Client& client(Millis bound) {
+    if (!client_) {
+      client_ = std::make_unique<httplib::Client>(member().host, member().port);
+      client_->set_keep_alive(true);
+      client_->set_tcp_nodelay(true);  // headers and body go in two writes: no Nagle delay
+    }
+    const Millis t = std::max(bound, Millis(1));
+    client_->set_connection_timeout(std::min(t, Millis(2000)));
+    client_->set_read_timeout(t);
+    client_->set_write_timeout(t);
+    return *client_;
+  }
+
+  void give_up_member(const std::string&) {
+    client_.reset();
+    current_ = (current_ + 1) % members_.size();
+  }
+
+  static std::string error_message(const std::string& body) {
+    const json j = json::parse(body, nullptr, false);
+    if (j.is_object() && j.contains("message")) return j["message"].get<std::string>();
+    return body.substr(0, 200);
+  }
+
+  // etcd's answers while it elects a leader or loses quorum: another member may do better.
+  static bool retryable(int status, const std::string& message) {
+    return status >= 500 || message.find("leader") != std::string::npos ||
+           message.find("timed out") != std::string::npos;
+  }
+
+  std::vector<net::Endpoint> members_;
+  size_t current_ = 0;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+EtcdStore::EtcdStore(EtcdAddress address, Millis timeout)
+    : address_(std::move(address)), gateway_(std::make_unique<Gateway>(address_.members)) {
+  timeout_ = timeout;
+  std::lock_guard lk(mu_);
+  gateway_->call("/v3/kv/range", {{"key", b64(full_key(""))}}, Deadline::after(timeout));
+}
+
+EtcdStore::~EtcdStore() = default;
+
+std::string EtcdStore::full_key(const std::string& key) const {
+  return "/cohort/" + address_.prefix + "/" + key;
+}
+
+void EtcdStore::set(const std::string& key, const Bytes& value) {
+  std::lock_guard lk(mu_);
+  gateway_->call("/v3/kv/put", {{"key", b64(full_key(key))}, {"value", b64(value)}},
+                 Deadline::after(timeout_));
+}
+
+Bytes EtcdStore::wait_for(const std::string& key, Deadline deadline) {
+  const std::string k = full_key(key);
+  while (true) {
+    json r;
+    try {
+      r = gateway_->call("/v3/kv/range", {{"key", b64(k)}}, deadline);
+    } catch (const TimeoutError& e) {
+      throw TimeoutError("store get of key '" + key + "': " + e.what());
+    }
+    if (auto kv = first_kv(r)) return kv->value;
+    if (deadline.expired()) break;
+    const int64_t revision = int_field(r.at("header"), "revision");
+    if (auto v = gateway_->watch(k, revision + 1, deadline)) return *v;
+    if (deadline.expired()) break;
+  }
+  throw TimeoutError("store get of key '" + key + "' timed out after " + remaining_text(timeout_) +
+                     " (etcd " + gateway_->members_text() + ")");
+}
+
+Bytes EtcdStore::get(const std::string& key) {
+  std::lock_guard lk(mu_);
+  return wait_for(key, Deadline::after(timeout_));
+}
+
+int64_t EtcdStore::add(const std::string& key, int64_t delta) {
+  std::lock_guard lk(mu_);
+  const std::string k = full_key(key);
+  const Deadline deadline = Deadline::after(timeout_);
+  while (true) {
+    const auto kv = first_kv(gateway_->call("/v3/kv/range", {{"key", b64(k)}}, deadline));
+    const int64_t v = (kv ? counter_value(key, kv->value) : 0) + delta;
+    // Written only if nobody wrote the key since it was read; otherwise read again.
+    if (put_if_unchanged(k, kv ? kv->mod_revision : 0, to_bytes(std::to_string(v)), deadline))
+      return v;
+  }
+}
+
+Bytes EtcdStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
+  std::lock_guard lk(mu_);
+  const std::string k = full_key(key);
+  const Deadline deadline = Deadline::after(timeout_);
+  // Compared here, then written only if nobody wrote the key since it was read (etcd's own value
+  // compare would send both values in one request, and cannot compare an absent key's value).
+  while (true) {
+    const auto kv = first_kv(gateway_->call("/v3/kv/range", {{"key", b64(k)}}, deadline));
+    const bool match = expected.empty() ? !kv || kv->value.empty() : kv && kv->value == expected;
+    if (!match) return kv ? kv->value : Bytes{};
+    if (put_if_unchanged(k, kv ? kv->mod_revision : 0, desired, deadline)) return desired;
+  }
+}
+
+bool EtcdStore::put_if_unchanged(const std::string& full, int64_t mod_revision, const Bytes& value,
+                                 Deadline deadline) {
+  const json compare = mod_revision ? json{{"key", b64(full)},
+                                           {"target", "MOD"},
+                                           {"result", "EQUAL"},
+                                           {"mod_revision", std::to_string(mod_revision)}}
+                                    : json{{"key", b64(full)},
+                                           {"target", "CREATE"},
+                                           {"result", "EQUAL"},
+                                           {"create_revision", "0"}};
+  const json txn = {
+      {"compare", json::array({compare})},
+      {"success", json::array({{{"request_put", {{"key", b64(full)}, {"value", b64(value)}}}}})}};
+  return gateway_->call("/v3/kv/txn", txn, deadline).value("succeeded", false);
+}
+
+bool EtcdStore::delete_key(const std::string& key) {
+  std::lock_guard lk(mu_);
+  const json r = gateway_->call("/v3/kv/deleterange", {{"key", b64(full_key(key))}},
+                                Deadline::after(timeout_));
+  return int_field(r, "deleted") > 0;
+}
+
+int64_t EtcdStore::delete_all() {
+  std::lock_guard lk(mu_);
+  std::string end = full_key("");
+  end.back() = char(end.back() + 1);  // the prefix ends in '/': every key under it sorts below
+  const json r =
+      gateway_->call("/v3/kv/deleterange", {{"key", b64(full_key(""))}, {"range_end", b64(end)}},
+                     Deadline::after(timeout_));
+  return int_field(r, "deleted");
+}
+
+bool EtcdStore::check(const std::vector<std::string>& keys) {
+  std::lock_guard lk(mu_);
+  const Deadline deadline = Deadline::after(timeout_);
+  for (const auto& key : keys) {
+    const json r = gateway_->call("/v3/kv/range",
+                                  {{"key", b64(full_key(key))}, {"count_only", true}}, deadline);
+    if (int_field(r, "count") == 0) return false;
+  }
+  return true;
+}
+
+void EtcdStore::wait(const std::vector<std::string>& keys, Millis timeout) {
+  std::lock_guard lk(mu_);
+  const Deadline deadline =
+      Deadline::after(std::clamp(timeout, Millis(0), Millis(std::chrono::hours(24 * 7))));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    try {
+      wait_for(keys[i], deadline);
+    } catch (const TimeoutError&) {
+      std::vector<std::string> missing(keys.begin() + long(i), keys.end());
+      throw TimeoutError("store wait timed out after " + remaining_text(timeout) +
+                         "; missing keys: " + describe_missing(missing) + " (etcd " +
+                         gateway_->members_text() + ")");
+    }
+  }
+}
+
+}  // namespace cohort::store

@@ -1,0 +1,80 @@
+// EtcdStore: the Store kept in an etcd cluster (etcd 3.4's v3 API through its JSON gateway over
+// HTTP: Debian has no C++ etcd client), for jobs whose rendezvous and membership must outlive any
+// one of their processes. Addressed as
+//
+//   etcd://HOST:PORT[,HOST:PORT...]/PREFIX
+//
+// Every key of the job lives under "/cohort/PREFIX/", so one etcd serves many jobs. A call goes to
+// one member; when that member cannot be reached or has no leader, the call moves to the next
+// member and is tried again until the store's timeout, so a cluster of three that loses one member
+// serves on. What etcd guarantees (linearizable reads and writes, compare-and-swap transactions)
+// is what the Store interface asks for:
+//   set          put
+//   get / wait   range; while absent, a watch from the revision after that range until the put
+//   add,         read, then a transaction that writes only if the key's mod_revision is unchanged
+//   compare_set  (or, for an absent key, its create_revision still 0); read again if it changed
+//
+// etcd refuses a request over its --max-request-bytes (1.5 MiB by default): a value sent in one
+// is at most about 1.1 MiB after base64. Cohort's own values are far smaller.
+//
+// Access to etcd is etcd's own to guard (client certificates or its users and roles, on a network
+// the job's hosts share); the job's token does not apply to it.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cohort/net/socket.h"
+#include "cohort/store/store.h"
+
+namespace cohort::store {
+
+struct EtcdAddress {
+  std::vector<net::Endpoint> members;
+  std::string prefix;
+  // Throws ConfigError naming what is wrong with `url`.
+  static EtcdAddress parse(const std::string& url);
+  static bool is_etcd_url(const std::string& s) { return s.rfind("etcd://", 0) == 0; }
+  std::string str() const;
+};
+
+// Thread-safe, one request at a time (like TcpStore): a get() that waits holds the client.
+class EtcdStore : public Store {
+ public:
+  // Checks that a member answers (trying each until timeout).
+  explicit EtcdStore(EtcdAddress address, Millis timeout = std::chrono::seconds(30));
+  ~EtcdStore() override;
+
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool delete_key(const std::string& key) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, Millis timeout) override;
+  using Store::wait;
+
+  // Deletes every key under this store's prefix (a finished job's); returns how many.
+  int64_t delete_all();
+
+  const EtcdAddress& address() const { return address_; }
+
+  class Gateway;
+
+ private:
+  std::string full_key(const std::string& key) const;
+  // The key's value, waiting for it until the deadline; TimeoutError names `key` and `what`.
+  Bytes wait_for(const std::string& key, Deadline deadline);
+  // A transaction: puts `value` at the full key `full` if its mod_revision is still
+  // `mod_revision` (0: if it is still absent). Whether it did.
+  bool put_if_unchanged(const std::string& full, int64_t mod_revision, const Bytes& value,
+                        Deadline deadline);
+
+  EtcdAddress address_;
+  std::unique_ptr<Gateway> gateway_;
+  std::mutex mu_;
+};
+
+}  // namespace cohort::store
