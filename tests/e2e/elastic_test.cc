@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -77,20 +78,18 @@ class Launcher {
  public:
   Launcher(const fs::path& dir, const std::vector<std::string>& sets,
            const std::vector<std::string>& extra = {})
-      : dir_(dir) {
+      : Launcher(dir, "run", job_args(dir / "run", sets, extra)) {}
+  // `cohort run ARGS`, its output in DIR/NAME.txt, its run directory DIR/NAME.
+  Launcher(const fs::path& dir, const std::string& name, const std::vector<std::string>& run_args)
+      : dir_(dir), name_(name) {
     pid_ = fork();
     if (pid_ == 0) {
       setpgid(0, 0);
-      int fd = ::open((dir / "out.txt").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      int fd = ::open(out_path().c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       dup2(fd, 1);
       dup2(fd, 2);
-      std::vector<std::string> args = {COHORT_BINARY, "run", example("fashion-mlp.yaml"),
-                                       "--run-dir", (dir / "run").string()};
-      for (const auto& s : sets) {
-        args.push_back("--set");
-        args.push_back(s);
-      }
-      args.insert(args.end(), extra.begin(), extra.end());
+      std::vector<std::string> args = {COHORT_BINARY, "run"};
+      args.insert(args.end(), run_args.begin(), run_args.end());
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -104,9 +103,9 @@ class Launcher {
       waitpid(pid_, nullptr, 0);
     }
   }
-  fs::path run() const { return dir_ / "run"; }
+  fs::path run() const { return dir_ / name_; }
   std::string output() const {
-    std::ifstream in(dir_ / "out.txt");
+    std::ifstream in(out_path());
     return std::string((std::istreambuf_iterator<char>(in)), {});
   }
   // Waits for `cond` (polled every 20 ms) up to `limit`.
@@ -138,7 +137,21 @@ class Launcher {
   }
 
  private:
+  static std::vector<std::string> job_args(const fs::path& run_dir,
+                                           const std::vector<std::string>& sets,
+                                           const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {example("fashion-mlp.yaml"), "--run-dir", run_dir.string()};
+    for (const auto& s : sets) {
+      args.push_back("--set");
+      args.push_back(s);
+    }
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+  fs::path out_path() const { return dir_ / (name_ == "run" ? "out.txt" : name_ + ".txt"); }
+
   fs::path dir_;
+  std::string name_;
   pid_t pid_ = -1;
   bool reaped_ = false;
 };
@@ -338,16 +351,17 @@ TEST(Elastic, StoppedWorkerIsExcludedByHeartbeatAndExitsWhenResumed) {
 // worker --join ... --rank R`, in a process group of its own; killed with the test.
 class ExternalWorker {
  public:
-  ExternalWorker(const fs::path& log, int port, const std::string& token, int rank) {
+  ExternalWorker(const fs::path& log, int port, const std::string& token, int rank)
+      : ExternalWorker(log, "127.0.0.1:" + std::to_string(port), token, rank) {}
+  ExternalWorker(const fs::path& log, const std::string& join, const std::string& token, int rank) {
     pid_ = fork();
     if (pid_ == 0) {
       setpgid(0, 0);
       int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       dup2(fd, 1);
       dup2(fd, 2);
-      std::vector<std::string> args = {COHORT_BINARY,  "worker",
-                                       "--join",       "127.0.0.1:" + std::to_string(port),
-                                       "--rank",       std::to_string(rank),
+      std::vector<std::string> args = {COHORT_BINARY,  "worker", "--join",
+                                       join,           "--rank", std::to_string(rank),
                                        "--token-file", token};
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
@@ -357,13 +371,28 @@ class ExternalWorker {
     }
   }
   ~ExternalWorker() {
+    if (reaped_) return;
     kill(-pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
   }
   pid_t pid() const { return pid_; }
+  // The worker's exit code, or -1 if it did not exit within `limit`.
+  int wait_exit(std::chrono::seconds limit) {
+    int st = 0;
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        reaped_ = true;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    return -1;
+  }
 
  private:
   pid_t pid_ = -1;
+  bool reaped_ = false;
 };
 
 // What srun, mpirun or a Kubernetes Job do when a worker dies: start a new process under the same
@@ -467,6 +496,111 @@ TEST(Elastic, AJobKeptInEtcdTrainsThroughTheLossOfAnEtcdMember) {
   expect_every_sample_once(summary, 1);
   EXPECT_FALSE(job.check({"job/config"})) << "the finished job's keys are still in etcd";
   fs::remove_all(dir);
+}
+
+// Whether process `pid` has ended (gone, or a zombie nobody has reaped yet).
+bool ended(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), {});
+  const size_t paren = text.rfind(')');
+  return text.empty() || (paren != std::string::npos && text.substr(paren + 2, 1) == "Z");
+}
+
+// The store in etcd, a standby coordinator beside the first: the first is SIGKILLed mid-epoch
+// (alone: its workers, started by it or elsewhere, are not); the standby takes the job over within
+// the failure timeout, the same worker processes train on without a step rolled back, and every
+// sample is seen once. `stop`: the first is SIGSTOPped instead, and continued once the standby
+// leads: it must see that it lost the lead and leave, its workers alive and the job's keys there.
+enum class Loss { Kill, Stop };
+void standby_drill(const std::string& name, bool external, Loss loss = Loss::Kill) {
+  auto dir = fresh_dir(name);
+  cohort::store::testing::EtcdCluster etcd(1);
+  const std::string token = (dir / "token").string();
+  std::vector<std::string> extra = {"--token-file", token};
+  if (external) extra.push_back("--external-workers");
+  // Stopped, the first must come back while its workers still train: a longer job.
+  const int epochs = loss == Loss::Kill ? 1 : 4;
+  Launcher first(dir,
+                 {"workers=2", "train.epochs=" + std::to_string(epochs), "train.seed=7",
+                  "checkpoint.every_steps=0", "elastic.heartbeat_s=0.2",
+                  "elastic.failure_timeout_s=2", "coordinator.store=" + etcd.url("jobs")},
+                 extra);
+  std::string where;
+  ASSERT_TRUE(first.wait_until(
+      [&] {
+        const std::vector<json> events = read_events(first.run());
+        const json* e = find_event(events, "job_started");
+        if (e) where = e->value("coordinator", "");
+        return e != nullptr && fs::exists(token);
+      },
+      60s))
+      << first.output();
+  std::optional<ExternalWorker> w0, w1;
+  if (external) {
+    w0.emplace(dir / "w0.log", where, token, 0);
+    w1.emplace(dir / "w1.log", where, token, 1);
+  }
+  Launcher standby(dir, "standby", {"--standby", where, "--run-dir", (dir / "standby").string()});
+  ASSERT_TRUE(standby.wait_until(
+      [&] {
+        return standby.output().find("taking it over when that is gone") != std::string::npos;
+      },
+      60s))
+      << standby.output();
+  ASSERT_TRUE(first.wait_until([&] { return last_step(first.run()) >= 60; }, 180s))
+      << first.output();
+  const pid_t p0 = external ? w0->pid() : first.worker_pid(0);
+  const pid_t p1 = external ? w1->pid() : first.worker_pid(1);
+  ASSERT_EQ(kill(first.pid(), loss == Loss::Kill ? SIGKILL : SIGSTOP), 0);
+  const double killed_at =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (loss == Loss::Kill) {
+    first.wait_exit(10s);
+  } else {
+    ASSERT_TRUE(standby.wait_until(
+        [&] {
+          const std::vector<json> events = read_events(standby.run());
+          return find_event(events, "coordinator_took_over") != nullptr;
+        },
+        30s))
+        << standby.output();
+    ASSERT_FALSE(ended(p0) || ended(p1)) << "the job ended before the first coordinator came back";
+    kill(first.pid(), SIGCONT);
+    EXPECT_EQ(first.wait_exit(30s), 1) << first.output();
+    EXPECT_NE(first.output().find("lost the lead of the job"), std::string::npos) << first.output();
+  }
+  EXPECT_FALSE(ended(p0) || ended(p1)) << "a worker died with its coordinator";
+  ASSERT_EQ(standby.wait_exit(300s), 0) << standby.output();
+  if (external) {
+    EXPECT_EQ(w0->wait_exit(30s), 0);
+    EXPECT_EQ(w1->wait_exit(30s), 0);
+  } else {
+    EXPECT_TRUE(standby.wait_until([&] { return ended(p0) && ended(p1); }, 30s));
+  }
+  const std::vector<json> events = read_events(standby.run());
+  EXPECT_EQ(find_event(events, "worker_started"), nullptr) << "the standby started a worker";
+  const json* took = find_event(events, "coordinator_took_over");
+  ASSERT_NE(took, nullptr) << standby.output();
+  EXPECT_LT(took->value("time", 0.0) - killed_at, 2.0 + 3.0) << "took over late";
+  const json summary = read_json(standby.run() / "summary.json");
+  EXPECT_EQ(summary["status"], "completed") << summary.dump(2);
+  EXPECT_NE(summary.value("took_over_from", "").find("pid"), std::string::npos) << summary.dump(2);
+  EXPECT_EQ(summary["workers_lost"], 0) << summary.dump(2);
+  EXPECT_EQ(summary["steps_rolled_back"], 0) << summary.dump(2);
+  expect_every_sample_once(summary, epochs);
+  fs::remove_all(dir);
+}
+
+TEST(Elastic, AStandbyCoordinatorTakesOverWorkersStartedElsewhere) {
+  standby_drill("standby-external", true);
+}
+
+TEST(Elastic, AStandbyCoordinatorTakesOverTheWorkersItsPredecessorStarted) {
+  standby_drill("standby-local", false);
+}
+
+TEST(Elastic, ACoordinatorThatLostTheLeadLeavesTheJobToTheStandby) {
+  standby_drill("standby-stopped", false, Loss::Stop);
 }
 
 TEST(Elastic, WithoutElasticityALostWorkerFailsTheJobNamingIt) {

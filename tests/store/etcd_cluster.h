@@ -68,7 +68,8 @@ class EtcdCluster {
     std::string s = "etcd://";
     for (size_t i = 0; i < client_ports_.size(); ++i) {
       if (i) s += ',';
-      s += "127.0.0.1:" + std::to_string(client_ports_[i]);
+      s += "127.0.0.1:";
+      s += std::to_string(client_ports_[i]);
     }
     return s + "/" + prefix;
   }
@@ -82,8 +83,17 @@ class EtcdCluster {
   int members() const { return int(procs_.size()); }
 
  private:
-  static std::string name(int i) { return "m" + std::to_string(i); }
-  static std::string url_of(uint16_t port) { return "http://127.0.0.1:" + std::to_string(port); }
+  // Built by appending: GCC 12 warns falsely (-Wrestrict) on "literal" + std::to_string(...).
+  static std::string name(int i) {
+    std::string s = "m";
+    s += std::to_string(i);
+    return s;
+  }
+  static std::string url_of(uint16_t port) {
+    std::string s = "http://127.0.0.1:";
+    s += std::to_string(port);
+    return s;
+  }
   static uint16_t free_port() { return net::Listener::bind("127.0.0.1", 0).port(); }
 
   std::filesystem::path dir_;

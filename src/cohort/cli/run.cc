@@ -48,6 +48,7 @@
 #include "cohort/elastic/process.h"
 #include "cohort/monitor/live_console.h"
 #include "cohort/store/connect.h"
+#include "cohort/store/etcd_store.h"
 #include "cohort/trace/hang_report.h"
 #include "cohort/trace/straggler.h"
 #include "cohort/train/config.h"
@@ -99,18 +100,6 @@ std::string timestamp_for_dir() {
   return buf;
 }
 
-std::string tail_of(const fs::path& p, size_t max_bytes = 2000) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return "";
-  in.seekg(0, std::ios::end);
-  auto size = static_cast<size_t>(in.tellg());
-  size_t start = size > max_bytes ? size - max_bytes : 0;
-  in.seekg(static_cast<std::streamoff>(start));
-  std::string s(size - start, '\0');
-  in.read(s.data(), static_cast<std::streamsize>(s.size()));
-  return s;
-}
-
 // The web console of the job (dashboard: in the job file). Its URL goes to the terminal, to
 // <run_dir>/console.url and to events.jsonl.
 std::unique_ptr<monitor::LiveConsole> start_console(const train::JobConfig& cfg,
@@ -135,41 +124,6 @@ std::unique_ptr<monitor::LiveConsole> start_console(const train::JobConfig& cfg,
   std::printf("cohort: console at %s\n", console->url().c_str());
   std::fflush(stdout);
   return console;
-}
-
-// What the launcher can see of a worker that did not answer a request for its flight record.
-std::string process_note(elastic::ChildProcess& w) {
-  const std::string pid = "pid " + std::to_string(w.pid());
-  if (auto st = w.poll()) return "its process " + pid + " " + st->describe();
-  std::ifstream in("/proc/" + std::to_string(w.pid()) + "/stat");
-  std::string stat;
-  std::getline(in, stat);
-  auto close = stat.rfind(')');  // the state follows the parenthesised command name
-  char state = close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
-  if (state == 'T' || state == 't') return pid + " is stopped (SIGSTOP or a debugger)";
-  if (state == 'D') return pid + " is blocked in the kernel (uninterruptible sleep)";
-  if (state == 'Z') return pid + " has exited";
-  return pid + " is running but did not answer";
-}
-
-// Collects every rank's flight record, writes hang-report.txt and prints the diagnosis.
-void report_hang(trace::HangWatch& watch, std::map<int, elastic::ChildProcess>& workers,
-                 const fs::path& run_dir, EventLog& events, const std::string& cause) {
-  auto ranks = watch.collect(std::chrono::seconds(3));
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    auto w = workers.find(static_cast<int>(r));
-    if (!ranks[r].report && w != workers.end()) ranks[r].note = process_note(w->second);
-  }
-  trace::HangDiagnosis d = trace::diagnose_hang(ranks);
-  write_file_atomically(run_dir / "hang-report.txt", cause + "\n\n" + d.text());
-  events.write({{"event", "hang_report"},
-                {"cause", cause},
-                {"diagnosis", d.headline},
-                {"ranks", d.culprits},
-                {"collective", d.stuck_seq}});
-  std::fprintf(stderr, "\ncohort: %s\ncohort: diagnosis: %s\ncohort: details in %s\n",
-               cause.c_str(), d.headline.c_str(), (run_dir / "hang-report.txt").c_str());
-  std::fflush(stderr);
 }
 
 // `cohort run ... --launcher slurm` outside an allocation: the same command as a batch job, in a
@@ -215,6 +169,7 @@ int usage(std::ostream& os, int code) {
   os << "usage: cohort run JOB.yaml [--set key=value]... [--run-dir DIR]\n"
         "       cohort run --resume RUN_DIR [--set key=value]...\n"
         "       cohort run [--workers N] SCRIPT.py [args...]   (cohort run --help SCRIPT.py)\n"
+        "       cohort run --standby etcd://HOST:PORT/PREFIX/RUN [--run-dir DIR]\n"
         "options: --bind HOST --port P        where the coordinator listens (127.0.0.1, any port)\n"
         "         --external-workers          start no workers: they are started elsewhere with\n"
         "                                     `cohort worker --join HOST:PORT` (mpirun, srun, "
@@ -226,7 +181,10 @@ int usage(std::ostream& os, int code) {
         "                                     (slurm; outside one, the job is submitted with\n"
         "                                     sbatch), or one mpirun (mpirun); docs/clusters.md\n"
         "         --launcher-arg ARG          an option for mpirun or sbatch (repeat it:\n"
-        "                                     --launcher-arg --hostfile --launcher-arg hosts)\n\n"
+        "                                     --launcher-arg --hostfile --launcher-arg hosts)\n"
+        "         --standby ADDRESS           a standby coordinator of the job whose store is at\n"
+        "                                     ADDRESS (coordinator.store; what the workers join):\n"
+        "                                     takes the job over when its coordinator is gone\n\n"
         "Runs a training job: a coordinator in this process and one worker process per worker.\n"
         "Ctrl-C stops the job cleanly.\n";
   return code;
@@ -237,12 +195,15 @@ int usage(std::ostream& os, int code) {
 int run_main(int argc, char** argv) {
   if (python_script_at(argc, argv) > 0) return run_python_main(argc, argv);
   Args args(argc, argv,
-            {"set", "run-dir", "resume", "bind", "port", "token-file", "launcher", "launcher-arg"},
+            {"set", "run-dir", "resume", "bind", "port", "token-file", "launcher", "launcher-arg",
+             "standby"},
             {"help", "external-workers"});
   if (args.has("help")) return usage(std::cout, 0);
   RunSettings settings;
   settings.resume_dir = args.get_or("resume", "");
-  if (args.positionals().size() != (settings.resume_dir.empty() ? 1u : 0u)) {
+  settings.standby = args.get_or("standby", "");
+  if (args.positionals().size() !=
+      (settings.resume_dir.empty() && settings.standby.empty() ? 1u : 0u)) {
     return usage(std::cerr, 2);
   }
   settings.external = args.has("external-workers");
@@ -255,6 +216,17 @@ int run_main(int argc, char** argv) {
   settings.port = static_cast<uint16_t>(args.get_int("port", 0));
   settings.token_file = args.get_or("token-file", "");
 
+  if (!settings.standby.empty()) {
+    // The job as its coordinator published it; the workers are its, started elsewhere.
+    if (!store::is_etcd(settings.standby))
+      throw ConfigError("--standby: " + settings.standby + " is not an etcd address");
+    store::EtcdStore job(store::EtcdAddress::parse(settings.standby));
+    settings.external = true;
+    return run_job(
+        train::parse_job_config(store::to_string(job.get(elastic::keys::kConfig)),
+                                "job config from " + settings.standby, {.check_paths = false}),
+        settings);
+  }
   // Resolve the job: from the job file, or from the run directory being resumed.
   std::string job_path = settings.resume_dir.empty()
                              ? args.positionals()[0]
@@ -301,11 +273,13 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
   // An etcd-kept job's keys go under PREFIX/<run directory>-<start time>: a resumed run is a
   // new job there, and jobs never share keys.
   const std::string job_store =
-      cfg.coordinator.store.empty()
+      !settings.standby.empty() ? settings.standby
+      : cfg.coordinator.store.empty()
           ? ""
           : cfg.coordinator.store + "/" + run_dir.filename().string() + "-" + timestamp_for_dir();
   elastic::Coordinator coordinator({
       .store = job_store,
+      .standby = !settings.standby.empty(),
       .bind_host = settings.bind,
       .port = settings.port,
       .token = token,
@@ -324,6 +298,15 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
   const std::string local_join = coordinator.join_address("127.0.0.1");
   const std::string join =
       coordinator.join_address(slurm ? slurm->this_node_address() : std::string("127.0.0.1"));
+  if (coordinator.job_ended()) {
+    std::printf("cohort: the job at %s ended before this standby took it over\n", join.c_str());
+    return 0;
+  }
+  if (!coordinator.took_over_from().empty()) {
+    events.write({{"event", "coordinator_took_over"}, {"from", coordinator.took_over_from()}});
+    std::printf("cohort: took over the job at %s from its coordinator (%s)\n", join.c_str(),
+                coordinator.took_over_from().c_str());
+  }
   std::unique_ptr<monitor::LiveConsole> console;
   if (cfg.dashboard.enabled) console = start_console(cfg, local_join, token, run_dir, events);
   events.write({{"event", resume_dir.empty() ? "job_started" : "job_resumed"},
@@ -372,7 +355,7 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
     std::string log = (run_dir / "logs" / ("rank-" + std::to_string(r) + ".log")).string();
     WorkerCommand w = command;
     w.log = log;
-    auto child = elastic::ChildProcess::spawn(
+    elastic::SpawnOptions how =
         python  ? python_worker_process(cfg, {.rank = r,
                                               .world_size = static_cast<int>(cfg.workers),
                                               .coordinator = local_join,
@@ -382,7 +365,10 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
                                               .run_dir = fs::absolute(run_dir).string(),
                                               .log = log})
         : slurm ? slurm_worker(*slurm, w, r)
-                : local_worker(w, r));
+                : local_worker(w, r);
+    // With the store in etcd the workers outlive this process: a standby takes them over.
+    how.die_with_parent = !store::is_etcd(join);
+    auto child = elastic::ChildProcess::spawn(how);
     coordinator.worker_started(r, child.pid());
     pid_t pid = child.pid();
     workers.emplace(r, std::move(child));
@@ -466,6 +452,14 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
   };
   std::vector<std::string> losses;  // "rank R (host, pid P): cause", in order
   for (;;) {
+    if (!coordinator.leads()) {
+      status = "failed";
+      error =
+          "this coordinator lost the lead of the job (its etcd lease expired); a standby that "
+          "takes it over goes on with the workers";
+      for (auto& [r, w] : workers) w.release();
+      break;
+    }
     for (auto& m : coordinator.poll_metrics()) {
       metrics << m.dump() << "\n";
       metrics.flush();
@@ -627,6 +621,8 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
   summary["workers_lost"] = losses.size();
   summary["restarts"] = restarts;
   summary["membership_epoch"] = coordinator.epoch();
+  if (!coordinator.took_over_from().empty())
+    summary["took_over_from"] = coordinator.took_over_from();
   summary["exits"] = exits;
   summary["status"] = status;
   if (!error.empty()) summary["error"] = error;

@@ -17,6 +17,7 @@ struct RunSettings {
   uint16_t port = 0;
   std::string token_file;
   bool external = false;  // workers are started elsewhere (cohort worker --join)
+  std::string standby;    // the etcd address of a job to take over when its coordinator is gone
   LauncherKind launcher = LauncherKind::Local;  // what starts the workers (launchers.h)
   std::vector<std::string> launcher_args;       // the user's options for mpirun or sbatch
 };

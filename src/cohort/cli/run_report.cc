@@ -4,11 +4,14 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 
+#include "cohort/base/file.h"
 #include "cohort/cli/job_files.h"
 
 namespace cohort::cli {
 
+namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
@@ -161,6 +164,53 @@ void print_python_report(const json& s, const std::string& run_dir) {
   }
   print_recoveries(s);
   std::printf("  run directory     %s\n", run_dir.c_str());
+}
+
+std::string tail_of(const fs::path& p, size_t max_bytes) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) return "";
+  in.seekg(0, std::ios::end);
+  auto size = static_cast<size_t>(in.tellg());
+  size_t start = size > max_bytes ? size - max_bytes : 0;
+  in.seekg(static_cast<std::streamoff>(start));
+  std::string s(size - start, '\0');
+  in.read(s.data(), static_cast<std::streamsize>(s.size()));
+  return s;
+}
+
+// What the launcher can see of a worker that did not answer a request for its flight record.
+std::string process_note(elastic::ChildProcess& w) {
+  const std::string pid = "pid " + std::to_string(w.pid());
+  if (auto st = w.poll()) return "its process " + pid + " " + st->describe();
+  std::ifstream in("/proc/" + std::to_string(w.pid()) + "/stat");
+  std::string stat;
+  std::getline(in, stat);
+  auto close = stat.rfind(')');  // the state follows the parenthesised command name
+  char state = close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+  if (state == 'T' || state == 't') return pid + " is stopped (SIGSTOP or a debugger)";
+  if (state == 'D') return pid + " is blocked in the kernel (uninterruptible sleep)";
+  if (state == 'Z') return pid + " has exited";
+  return pid + " is running but did not answer";
+}
+
+// Collects every rank's flight record, writes hang-report.txt and prints the diagnosis.
+void report_hang(trace::HangWatch& watch, std::map<int, elastic::ChildProcess>& workers,
+                 const fs::path& run_dir, EventLog& events, const std::string& cause) {
+  auto ranks = watch.collect(std::chrono::seconds(3));
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    auto w = workers.find(static_cast<int>(r));
+    if (!ranks[r].report && w != workers.end()) ranks[r].note = process_note(w->second);
+  }
+  trace::HangDiagnosis d = trace::diagnose_hang(ranks);
+  write_file_atomically(run_dir / "hang-report.txt", cause + "\n\n" + d.text());
+  events.write({{"event", "hang_report"},
+                {"cause", cause},
+                {"diagnosis", d.headline},
+                {"ranks", d.culprits},
+                {"collective", d.stuck_seq}});
+  std::fprintf(stderr, "\ncohort: %s\ncohort: diagnosis: %s\ncohort: details in %s\n",
+               cause.c_str(), d.headline.c_str(), (run_dir / "hang-report.txt").c_str());
+  std::fflush(stderr);
 }
 
 }  // namespace cohort::cli

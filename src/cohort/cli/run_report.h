@@ -2,10 +2,15 @@
 // line, summary.json's aggregate of the ranks' summaries, and the report at the end.
 #pragma once
 
+#include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "cohort/cli/job_files.h"
+#include "cohort/elastic/process.h"
+#include "cohort/trace/hang_report.h"
 #include "cohort/train/config.h"
 
 namespace cohort::cli {
@@ -31,5 +36,12 @@ nlohmann::json python_summary(const std::vector<nlohmann::json>& per_rank,
 // The report printed when a job completed.
 void print_report(const nlohmann::json& s, const std::string& run_dir);
 void print_python_report(const nlohmann::json& s, const std::string& run_dir);
+
+// The last `max_bytes` of a file (a failed worker's log), or "".
+std::string tail_of(const std::filesystem::path& p, size_t max_bytes = 2000);
+// Collects every rank's flight record, writes <run_dir>/hang-report.txt and prints the diagnosis;
+// `workers` (the launcher's own, by rank) say what became of a rank that did not answer.
+void report_hang(trace::HangWatch& watch, std::map<int, elastic::ChildProcess>& workers,
+                 const std::filesystem::path& run_dir, EventLog& events, const std::string& cause);
 
 }  // namespace cohort::cli

@@ -1,11 +1,15 @@
 #include "cohort/elastic/coordinator.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 
 #include "cohort/base/error.h"
+#include "cohort/base/host.h"
 #include "cohort/base/log.h"
 #include "cohort/elastic/job_protocol.h"
+#include "cohort/elastic/leadership.h"
 #include "cohort/store/connect.h"
 #include "cohort/store/etcd_store.h"
 
@@ -31,9 +35,26 @@ std::string seconds_text(double s) {
 
 Coordinator::Coordinator(const CoordinatorOptions& options) : options_(options) {
   if (store::is_etcd(options.store)) {
-    client_ = store::connect(options.store, {});
+    // Its reads follow a check that the key is there: one that waits long is a key another
+    // coordinator took (after this one lost the lead), not one to wait for.
+    client_ = store::connect(options.store, {.timeout = options.membership.failure_timeout});
+    leadership_ = std::make_unique<Leadership>(store::EtcdAddress::parse(options.store),
+                                               options.membership.failure_timeout,
+                                               host_name() + " pid " + std::to_string(::getpid()));
+    if (options.standby) {
+      leadership_->wait_to_lead([&](const std::string& leader) {
+        took_over_from_ = leader.empty() ? "?" : leader;
+        spdlog::info("standby: the job at {} is led by {}; taking it over when that is gone",
+                     options.store, took_over_from_);
+      });
+      adopt();
+      return;
+    }
     if (client_->check({keys::kConfig}))
       throw ConfigError("etcd prefix of " + options.store + " already holds a job");
+    if (!leadership_->try_lead())
+      throw Error("another coordinator leads the job at " + options.store + ": " +
+                  leadership_->leader());
   } else {
     server_ = std::make_unique<store::StoreServer>(store::StoreServerOptions{
         .bind_host = options.bind_host, .port = options.port, .token = options.token});
@@ -49,12 +70,54 @@ Coordinator::Coordinator(const CoordinatorOptions& options) : options_(options) 
   client_->set(keys::kEpoch, to_bytes("0"));
 }
 
+void Coordinator::adopt() {
+  if (!client_->check({keys::kConfig, keys::kEpoch})) {
+    job_ended_ = true;  // its coordinator ended it and removed its keys
+    return;
+  }
+  if (took_over_from_.empty()) took_over_from_ = "?";  // it was gone before this one looked
+  epoch_ = std::stoi(to_string(client_->get(keys::kEpoch)));
+  members_ = json::parse(to_string(client_->get(keys::membership(epoch_))))
+                 .at("members")
+                 .get<std::vector<int>>();
+  known_ranks_ = options_.world_size;
+  learn_joins();  // every rank that joined, each given a fresh failure_timeout to beat again
+  for (int r = 0; r < known_ranks_; ++r) {
+    if (client_->check({keys::lost(r)})) lost_.insert(r);
+  }
+  if (client_->check({keys::kCursors})) {
+    const json c = json::parse(to_string(client_->get(keys::kCursors)));
+    next_metric_ = c.value("metrics", 0L);
+    next_event_ = c.value("events", 0L);
+  }
+  if (client_->check({keys::kRecoveryStats})) {
+    const json s = json::parse(to_string(client_->get(keys::kRecoveryStats)));
+    stats_ = {.recoveries = s.value("recoveries", 0),
+              .recovery_seconds_max = s.value("recovery_seconds_max", 0.0),
+              .steps_rolled_back = s.value("steps_rolled_back", 0L)};
+  }
+  if (client_->check({keys::request(epoch_ + 1)})) {
+    change_ = Change{.abort = to_string(client_->get(keys::request(epoch_ + 1))) == "abort",
+                     .requested = Clock::now(),
+                     .below_min_since = std::nullopt};
+  }
+  spdlog::info("took over the job from {}: membership epoch {}, {} members, {} lost",
+               took_over_from_, epoch_, members_.size(), lost_.size());
+}
+
+void Coordinator::save_cursors() {
+  if (leadership_)
+    client_->set(keys::kCursors,
+                 to_bytes(json{{"metrics", next_metric_}, {"events", next_event_}}.dump()));
+}
+
 Coordinator::~Coordinator() {
   client_.reset();
   if (server_) server_->stop();
 }
 
 void Coordinator::forget_job() {
+  if (!leads()) return;  // the job is another coordinator's now
   if (auto* etcd = dynamic_cast<store::EtcdStore*>(client_.get())) {
     try {
       etcd->delete_all();
@@ -78,6 +141,8 @@ std::string Coordinator::join_address(const std::string& host) const {
 
 std::vector<json> Coordinator::poll_records(std::string (*key)(long), long& next) {
   std::vector<json> out;
+  if (!leads()) return out;
+  std::vector<std::string> read;
   for (;;) {
     if (!client_->check({key(next)})) {
       // A rank 0 that was lost between taking a record's number and writing it leaves a gap; the
@@ -89,12 +154,20 @@ std::vector<json> Coordinator::poll_records(std::string (*key)(long), long& next
       break;
     }
     auto k = key(next);
-    auto text = to_string(client_->get(k));
-    client_->delete_key(k);
+    std::string text;
+    try {
+      text = to_string(client_->get(k));
+    } catch (const TimeoutError&) {
+      break;  // gone since the check: taken by a coordinator that leads the job now
+    }
+    read.push_back(k);
     ++next;
     json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (!j.is_discarded()) out.push_back(std::move(j));  // unreadable: skipped, the job goes on
   }
+  // Where this coordinator got to, before the records go: one that takes over goes on from there.
+  if (!read.empty()) save_cursors();
+  for (const auto& k : read) client_->delete_key(k);
   return out;
 }
 
@@ -233,6 +306,7 @@ void Coordinator::lose(int rank, const std::string& cause, std::vector<json>& ev
   if (lost_.count(rank)) return;
   lost_.insert(rank);
   newly_lost_.push_back(rank);
+  client_->set(keys::lost(rank), to_bytes(cause));
   const bool member = std::find(members_.begin(), members_.end(), rank) != members_.end();
   json e = worker_json(rank);
   e["event"] = "worker_lost";
@@ -368,6 +442,13 @@ void Coordinator::check_recovered(std::vector<json>& events) {
   stats_.recoveries += 1;
   stats_.recovery_seconds_max = std::max(stats_.recovery_seconds_max, secs);
   stats_.steps_rolled_back += rolled_back;
+  if (leadership_) {
+    client_->set(keys::kRecoveryStats,
+                 to_bytes(json{{"recoveries", stats_.recoveries},
+                               {"recovery_seconds_max", stats_.recovery_seconds_max},
+                               {"steps_rolled_back", stats_.steps_rolled_back}}
+                              .dump()));
+  }
   events.push_back({{"event", "rolled_back"},
                     {"epoch", measure_epoch_},
                     {"restored_step", r.value("restored_step", 0L)},
@@ -382,8 +463,13 @@ void Coordinator::check_recovered(std::vector<json>& events) {
   measure_epoch_ = -1;
 }
 
+bool Coordinator::leads() const {
+  return !leadership_ || leadership_->held();
+}
+
 std::vector<json> Coordinator::tick() {
   std::vector<json> events;
+  if (!leads()) return events;
   events.swap(pending_events_);
   if (abandoned_) return events;
   learn_joins();

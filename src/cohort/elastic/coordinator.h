@@ -44,6 +44,9 @@ struct CoordinatorOptions {
   // The job's store: empty, a StoreServer embedded here (bind_host, port, token); or an etcd
   // address (store/etcd_store.h) whose prefix is this job's alone.
   std::string store;
+  // With an etcd store: wait until the job's coordinator is gone, then take the job over from
+  // what the store holds (a standby coordinator; leadership.h).
+  bool standby = false;
   std::string bind_host = "127.0.0.1";
   uint16_t port = 0;
   std::string token;
@@ -64,6 +67,8 @@ struct RecoveryStats {
   long steps_rolled_back = 0;       // steps trained again after restoring a snapshot
 };
 
+class Leadership;
+
 class Coordinator {
  public:
   explicit Coordinator(const CoordinatorOptions& options);
@@ -71,6 +76,13 @@ class Coordinator {
   // Removes the job's keys from an etcd store once the job is over (nothing for the embedded
   // store, which goes with this process).
   void forget_job();
+  // A standby that took over: the coordinator it replaced ("" when this one started the job),
+  // and whether the job had ended before it could (then there is nothing to coordinate).
+  const std::string& took_over_from() const { return took_over_from_; }
+  bool job_ended() const { return job_ended_; }
+  // Whether this coordinator still leads the job (always, with the embedded store). One that lost
+  // the lead (its etcd lease expired) must leave the job, its workers and its keys alone.
+  bool leads() const;
 
   // Where the embedded store listens (an etcd-kept job has none: throws Error).
   net::Endpoint endpoint() const;
@@ -127,6 +139,9 @@ class Coordinator {
   // Records key(next), key(next + 1), ... as they appear, skipping a number taken by a worker that
   // was lost before it wrote the record.
   std::vector<nlohmann::json> poll_records(std::string (*key)(long), long& next);
+  // The state a standby takes over: membership, lost ranks, cursors, recoveries so far.
+  void adopt();
+  void save_cursors();
   void learn_joins();
   void check_heartbeats(std::vector<nlohmann::json>& events);
   void lose(int rank, const std::string& cause, std::vector<nlohmann::json>& events,
@@ -143,6 +158,9 @@ class Coordinator {
   CoordinatorOptions options_;
   std::unique_ptr<store::StoreServer> server_;
   std::unique_ptr<store::Store> client_;
+  std::unique_ptr<Leadership> leadership_;  // an etcd store's: which coordinator leads
+  std::string took_over_from_;
+  bool job_ended_ = false;
   long next_metric_ = 0;
   long next_event_ = 0;
 

@@ -88,6 +88,14 @@ inline std::string request(int epoch) {
 inline std::string ready(int epoch, int rank) {
   return "job/ready/" + std::to_string(epoch) + "/" + std::to_string(rank);
 }
+// Worker <rank> was declared lost (the cause): a coordinator that takes over the job reads it.
+inline std::string lost(int rank) {
+  return "job/lost/" + std::to_string(rank);
+}
+// Where the leading coordinator has read the workers' records up to ({"metrics": i, "events": j}),
+// and what its recoveries added up to (RecoveryStats as JSON): for a coordinator that takes over.
+inline const std::string kCursors = "job/coordinator_cursors";
+inline const std::string kRecoveryStats = "job/recovery_stats";
 // Joiner <rank> waits to be admitted.
 inline std::string waiting(int rank) {
   return "job/waiting/" + std::to_string(rank);

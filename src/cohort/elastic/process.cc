@@ -19,7 +19,8 @@ namespace cohort::elastic {
 std::string ExitStatus::describe() const {
   if (signal) {
     const char* name = sigabbrev_np(signal);
-    return "killed by signal " + std::to_string(signal) + (name ? std::string(" (SIG") + name + ")" : "");
+    return "killed by signal " + std::to_string(signal) +
+           (name ? std::string(" (SIG") + name + ")" : "");
   }
   return "exited with code " + std::to_string(code);
 }
@@ -74,8 +75,10 @@ ChildProcess ChildProcess::spawn(const SpawnOptions& options) {
   if (pid < 0) throw SystemError("fork", errno);
   if (pid == 0) {
     // Die with the launcher, whatever kills it.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);
+    if (options.die_with_parent) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+    }
     if (out_fd >= 0) ::dup2(out_fd, STDOUT_FILENO);
     if (err_fd >= 0) ::dup2(err_fd, STDERR_FILENO);
     ::signal(SIGINT, SIG_DFL);
@@ -91,14 +94,16 @@ ChildProcess ChildProcess::spawn(const SpawnOptions& options) {
   if (err_fd >= 0) ::close(err_fd);
   ChildProcess c;
   c.pid_ = pid;
+  c.die_with_parent_ = options.die_with_parent;
   return c;
 }
 
 ChildProcess::~ChildProcess() {
-  if (running()) terminate(std::chrono::milliseconds(2000));
+  if (running() && die_with_parent_) terminate(std::chrono::milliseconds(2000));
 }
 
-ChildProcess::ChildProcess(ChildProcess&& o) noexcept : pid_(o.pid_), status_(o.status_) {
+ChildProcess::ChildProcess(ChildProcess&& o) noexcept
+    : pid_(o.pid_), status_(o.status_), die_with_parent_(o.die_with_parent_) {
   o.pid_ = -1;
   o.status_.reset();
 }
@@ -108,6 +113,7 @@ ChildProcess& ChildProcess::operator=(ChildProcess&& o) noexcept {
     if (running()) terminate(std::chrono::milliseconds(2000));
     pid_ = o.pid_;
     status_ = o.status_;
+    die_with_parent_ = o.die_with_parent_;
     o.pid_ = -1;
     o.status_.reset();
   }

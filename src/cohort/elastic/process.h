@@ -1,5 +1,5 @@
 // Child processes of the launcher: spawned with their own environment, killed with their parent
-// (PR_SET_PDEATHSIG), and reaped without blocking. The launcher never leaves an orphan.
+// (PR_SET_PDEATHSIG) unless asked not to be, and reaped without blocking.
 // PR_SET_PDEATHSIG fires when the spawning *thread* exits: spawn from a thread that lives as long
 // as the children should (the launcher spawns from its main thread).
 #pragma once
@@ -15,24 +15,28 @@
 namespace cohort::elastic {
 
 struct ExitStatus {
-  int code = 0;     // exit code when exited normally
-  int signal = 0;   // terminating signal, 0 if exited normally
+  int code = 0;    // exit code when exited normally
+  int signal = 0;  // terminating signal, 0 if exited normally
   bool ok() const { return signal == 0 && code == 0; }
   std::string describe() const;  // "exited with code 3" / "killed by signal 9 (SIGKILL)"
 };
 
 struct SpawnOptions {
-  std::string executable;                     // path; "/proc/self/exe" for this binary
-  std::vector<std::string> args;              // argv[1..]
-  std::map<std::string, std::string> env;     // added to (and overriding) the parent's environment
-  std::string stdout_path;                    // empty: inherit
-  std::string stderr_path;                    // empty: inherit
+  std::string executable;                  // path; "/proc/self/exe" for this binary
+  std::vector<std::string> args;           // argv[1..]
+  std::map<std::string, std::string> env;  // added to (and overriding) the parent's environment
+  std::string stdout_path;                 // empty: inherit
+  std::string stderr_path;                 // empty: inherit
+  // Killed when the launcher dies (PR_SET_PDEATHSIG). Off for the workers of a job whose store
+  // outlives the launcher (etcd): a standby coordinator takes them over.
+  bool die_with_parent = true;
 };
 
 class ChildProcess {
  public:
   ChildProcess() = default;
   static ChildProcess spawn(const SpawnOptions& options);
+  // Terminates a child still running, unless it was spawned not to die with its parent.
   ~ChildProcess();
   ChildProcess(ChildProcess&& o) noexcept;
   ChildProcess& operator=(ChildProcess&& o) noexcept;
@@ -46,12 +50,18 @@ class ChildProcess {
   // Blocks up to `timeout`; returns nullopt if still running.
   std::optional<ExitStatus> wait_for(std::chrono::milliseconds timeout);
   void signal(int sig);
+  // Lets the child go: this object no longer signals, waits for or kills it.
+  void release() {
+    pid_ = -1;
+    status_.reset();
+  }
   // SIGTERM, then SIGKILL after `grace`; always reaps.
   ExitStatus terminate(std::chrono::milliseconds grace = std::chrono::seconds(5));
 
  private:
   pid_t pid_ = -1;
   std::optional<ExitStatus> status_;
+  bool die_with_parent_ = true;  // false: going out of scope leaves the child running
 };
 
 // Path of the running executable (readlink /proc/self/exe).

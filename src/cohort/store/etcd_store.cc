@@ -114,7 +114,8 @@ class EtcdStore::Gateway {
     for (Millis backoff{5};; backoff = std::min(backoff * 2, Millis(500))) {
       httplib::Client& c = client(std::clamp(deadline.remaining(), kCallAtLeast, kCallBound));
       auto res = c.Post(path.c_str(), text, "application/json");
-      if (res && res->status == 200) return json::parse(res->body);
+      // A stream (keep-alive) answers one JSON object per line: the first is the answer.
+      if (res && res->status == 200) return json::parse(res->body.substr(0, res->body.find('\n')));
       if (res) {
         const std::string message = error_message(res->body);
         if (!retryable(res->status, message))
@@ -303,6 +304,42 @@ bool EtcdStore::delete_key(const std::string& key) {
   const json r = gateway_->call("/v3/kv/deleterange", {{"key", b64(full_key(key))}},
                                 Deadline::after(timeout_));
   return int_field(r, "deleted") > 0;
+}
+
+int64_t EtcdStore::grant_lease(Millis ttl) {
+  std::lock_guard lk(mu_);
+  const int64_t seconds = std::max<int64_t>(1, (ttl.count() + 999) / 1000);
+  const json r = gateway_->call("/v3/lease/grant", {{"TTL", std::to_string(seconds)}},
+                                Deadline::after(timeout_));
+  return int_field(r, "ID");
+}
+
+bool EtcdStore::keep_alive(int64_t lease) {
+  std::lock_guard lk(mu_);
+  // One request on etcd's keep-alive stream: one answer, whose TTL is 0 once the lease is gone.
+  const json r = gateway_->call("/v3/lease/keepalive", {{"ID", std::to_string(lease)}},
+                                Deadline::after(timeout_));
+  return int_field(r.value("result", json::object()), "TTL") > 0;
+}
+
+void EtcdStore::revoke_lease(int64_t lease) {
+  std::lock_guard lk(mu_);
+  gateway_->call("/v3/lease/revoke", {{"ID", std::to_string(lease)}}, Deadline::after(timeout_));
+}
+
+bool EtcdStore::create_with_lease(const std::string& key, const Bytes& value, int64_t lease) {
+  std::lock_guard lk(mu_);
+  const std::string k = full_key(key);
+  const json txn = {
+      {"compare", json::array({{{"key", b64(k)},
+                                {"target", "CREATE"},
+                                {"result", "EQUAL"},
+                                {"create_revision", "0"}}})},
+      {"success",
+       json::array(
+           {{{"request_put",
+              {{"key", b64(k)}, {"value", b64(value)}, {"lease", std::to_string(lease)}}}}})}};
+  return gateway_->call("/v3/kv/txn", txn, Deadline::after(timeout_)).value("succeeded", false);
 }
 
 int64_t EtcdStore::delete_all() {

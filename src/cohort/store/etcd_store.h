@@ -56,6 +56,15 @@ class EtcdStore : public Store {
   void wait(const std::vector<std::string>& keys, Millis timeout) override;
   using Store::wait;
 
+  // etcd's leases: a key put under a lease is deleted when the lease expires, `ttl` after its
+  // last keep-alive (etcd rounds a short TTL up to its own minimum).
+  int64_t grant_lease(Millis ttl);
+  // Renews the lease; false once it has expired (its keys are gone).
+  bool keep_alive(int64_t lease);
+  void revoke_lease(int64_t lease);
+  // Puts key = value under the lease if the key is absent; whether it did.
+  bool create_with_lease(const std::string& key, const Bytes& value, int64_t lease);
+
   // Deletes every key under this store's prefix (a finished job's); returns how many.
   int64_t delete_all();
 
