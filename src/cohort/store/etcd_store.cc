@@ -36,14 +36,24 @@ std::string b64(const Bytes& b) {
 }
 
 Bytes unb64(const json& j, const char* field) {
-  if (!j.contains(field)) return {};  // proto3's JSON leaves empty values out
+  if (!j.is_object() || !j.contains(field)) return {};  // proto3's JSON leaves empty values out
+  if (!j.is_object() || !j.at(field).is_string())
+    throw ProtocolError(std::string("etcd answered a field '") + field + "' that is not text");
   return to_bytes(base64_decode(j.at(field).get<std::string>()));
 }
 
 int64_t int_field(const json& j, const char* field) {
-  if (!j.contains(field)) return 0;
+  if (!j.is_object() || !j.contains(field)) return 0;
   const json& v = j.at(field);
-  return v.is_string() ? std::stoll(v.get<std::string>()) : v.get<int64_t>();
+  try {
+    if (v.is_number_integer()) return v.get<int64_t>();
+    size_t used = 0;
+    const std::string text = v.get<std::string>();
+    const int64_t n = std::stoll(text, &used);
+    if (used == text.size()) return n;
+  } catch (const std::exception&) {
+  }
+  throw ProtocolError(std::string("etcd answered a field '") + field + "' that is not an integer");
 }
 
 // A key as the range of one call returned it.
@@ -53,8 +63,9 @@ struct Kv {
 };
 
 std::optional<Kv> first_kv(const json& range_response) {
-  if (!range_response.contains("kvs") || range_response["kvs"].empty()) return std::nullopt;
-  const json& kv = range_response["kvs"][0];
+  const json kvs = range_response.value("kvs", json::array());
+  if (!kvs.is_array() || kvs.empty()) return std::nullopt;
+  const json& kv = kvs[0];
   return Kv{unb64(kv, "value"), int_field(kv, "mod_revision")};
 }
 
@@ -115,7 +126,12 @@ class EtcdStore::Gateway {
       httplib::Client& c = client(std::clamp(deadline.remaining(), kCallAtLeast, kCallBound));
       auto res = c.Post(path.c_str(), text, "application/json");
       // A stream (keep-alive) answers one JSON object per line: the first is the answer.
-      if (res && res->status == 200) return json::parse(res->body.substr(0, res->body.find('\n')));
+      if (res && res->status == 200) {
+        json answer = json::parse(res->body.substr(0, res->body.find('\n')), nullptr, false);
+        if (answer.is_object()) return answer;
+        throw ProtocolError("etcd member " + member().str() + " answered " + path +
+                            " with something that is not a JSON object");
+      }
       if (res) {
         const std::string message = error_message(res->body);
         if (!retryable(res->status, message))
@@ -152,8 +168,11 @@ class EtcdStore::Gateway {
         const json message = json::parse(pending.substr(0, eol), nullptr, false);
         pending.erase(0, eol + 1);
         if (message.is_discarded() || !message.contains("result")) continue;
-        for (const json& ev : message["result"].value("events", json::array())) {
-          if (ev.value("type", "PUT") == "PUT") value = unb64(ev.at("kv"), "value");
+        const json& result = message["result"];
+        const json events = result.is_object() ? result.value("events", json::array()) : json();
+        for (const json& ev : events.is_array() ? events : json::array()) {
+          if (ev.is_object() && ev.value("type", "PUT") == "PUT" && ev.contains("kv"))
+            value = unb64(ev["kv"], "value");
         }
         if (value) return false;  // ends the stream
       }
@@ -198,7 +217,8 @@ class EtcdStore::Gateway {
 
   static std::string error_message(const std::string& body) {
     const json j = json::parse(body, nullptr, false);
-    if (j.is_object() && j.contains("message")) return j["message"].get<std::string>();
+    if (j.is_object() && j.contains("message") && j["message"].is_string())
+      return j["message"].get<std::string>();
     return body.substr(0, 200);
   }
 
@@ -243,7 +263,7 @@ Bytes EtcdStore::wait_for(const std::string& key, Deadline deadline) {
     }
     if (auto kv = first_kv(r)) return kv->value;
     if (deadline.expired()) break;
-    const int64_t revision = int_field(r.at("header"), "revision");
+    const int64_t revision = int_field(r.value("header", json::object()), "revision");
     if (auto v = gateway_->watch(k, revision + 1, deadline)) return *v;
     if (deadline.expired()) break;
   }
