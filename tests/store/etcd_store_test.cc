@@ -66,6 +66,36 @@ TEST(EtcdStore, ABrokenClusterIsATimeoutNamingItsMembers) {
   }
 }
 
+// A coordinator's writes hold only while its lease holds the lead: once another lease does, every
+// kind of write is refused and changes nothing.
+TEST(EtcdStore, AFencedWriterIsRefusedOnceAnotherLeaseHoldsTheKey) {
+  EtcdCluster etcd(1);
+  EtcdStore a(EtcdAddress::parse(etcd.url("job")), 5s);
+  EtcdStore b(EtcdAddress::parse(etcd.url("job")), 5s);
+  const int64_t mine = a.grant_lease(10s);
+  ASSERT_TRUE(a.create_with_lease("lead", to_bytes("a"), mine));
+  a.fence("lead", mine);
+  a.set("x", to_bytes("1"));
+  EXPECT_EQ(a.add("n", 2), 2);
+  EXPECT_EQ(a.add("n", 0), 2);
+  EXPECT_EQ(to_string(a.compare_set("c", {}, to_bytes("a"))), "a");
+  a.set("gone", to_bytes("1"));
+  EXPECT_TRUE(a.delete_key("gone"));
+  b.revoke_lease(mine);  // the lead lapses; another takes it
+  const int64_t theirs = b.grant_lease(10s);
+  ASSERT_TRUE(b.create_with_lease("lead", to_bytes("b"), theirs));
+  EXPECT_FALSE(b.create_with_lease("lead", to_bytes("b2"), theirs + 1));
+  EXPECT_THROW(a.set("x", to_bytes("2")), FencedError);
+  EXPECT_THROW(a.add("n", 1), FencedError);
+  EXPECT_THROW(a.compare_set("c", to_bytes("a"), to_bytes("z")), FencedError);
+  EXPECT_THROW(a.delete_key("x"), FencedError);
+  EXPECT_THROW(a.delete_all(), FencedError);
+  EXPECT_EQ(to_string(b.get("x")), "1");
+  EXPECT_EQ(to_string(b.get("n")), "2");
+  EXPECT_EQ(to_string(b.get("c")), "a");
+  EXPECT_EQ(to_string(a.get("x")), "1");  // reading is not writing
+}
+
 TEST(EtcdStore, DeleteAllRemovesOnePrefixAndLeavesTheOthers) {
   EtcdCluster etcd(1);
   EtcdStore mine(EtcdAddress::parse(etcd.url("jobs/a")), 10s);

@@ -383,7 +383,9 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
   if (launcher == LauncherKind::Mpirun) {
     WorkerCommand w = command;
     w.log = (run_dir / "logs" / "mpirun.log").string();
-    group = elastic::ChildProcess::spawn(mpirun_workers(w, cfg.workers, settings.launcher_args));
+    elastic::SpawnOptions how = mpirun_workers(w, cfg.workers, settings.launcher_args);
+    how.die_with_parent = !store::is_etcd(join);  // as the local workers, below
+    group = elastic::ChildProcess::spawn(how);
     events.write({{"event", "workers_started"}, {"launcher", "mpirun"}, {"pid", group->pid()}});
   }
   // Whether a worker may still join: restarts left, or a replacement not yet admitted. Workers
@@ -458,6 +460,7 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
           "this coordinator lost the lead of the job (its etcd lease expired); a standby that "
           "takes it over goes on with the workers";
       for (auto& [r, w] : workers) w.release();
+      if (group) group->release();
       break;
     }
     for (auto& m : coordinator.poll_metrics()) {

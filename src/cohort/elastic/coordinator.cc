@@ -47,6 +47,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options) : options_(options) 
         spdlog::info("standby: the job at {} is led by {}; taking it over when that is gone",
                      options.store, took_over_from_);
       });
+      fence();
       adopt();
       return;
     }
@@ -55,6 +56,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options) : options_(options) 
     if (!leadership_->try_lead())
       throw Error("another coordinator leads the job at " + options.store + ": " +
                   leadership_->leader());
+    fence();
   } else {
     server_ = std::make_unique<store::StoreServer>(store::StoreServerOptions{
         .bind_host = options.bind_host, .port = options.port, .token = options.token});
@@ -70,13 +72,35 @@ Coordinator::Coordinator(const CoordinatorOptions& options) : options_(options) 
   client_->set(keys::kEpoch, to_bytes("0"));
 }
 
+void Coordinator::fence() {
+  // Every write of this coordinator's from now on holds only while it leads.
+  static_cast<store::EtcdStore&>(*client_).fence(Leadership::kKey, leadership_->lease());
+}
+
 void Coordinator::adopt() {
   if (!client_->check({keys::kConfig, keys::kEpoch})) {
     job_ended_ = true;  // its coordinator ended it and removed its keys
     return;
   }
   if (took_over_from_.empty()) took_over_from_ = "?";  // it was gone before this one looked
+  try {
+    adopt_state();
+  } catch (const json::exception& e) {
+    throw ProtocolError("the job's state in " + options_.store + " is not what a coordinator " +
+                        "writes: " + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw ProtocolError("the job's state in " + options_.store + " is not what a coordinator " +
+                        "writes: " + e.what());
+  }
+  spdlog::info("took over the job from {}: membership epoch {}, {} members, {} lost",
+               took_over_from_, epoch_, members_.size(), lost_.size());
+}
+
+void Coordinator::adopt_state() {
   epoch_ = std::stoi(to_string(client_->get(keys::kEpoch)));
+  // A predecessor that died between publishing an epoch and recording it as the current one.
+  while (client_->check({keys::membership(epoch_ + 1)})) ++epoch_;
+  client_->set(keys::kEpoch, to_bytes(std::to_string(epoch_)));
   members_ = json::parse(to_string(client_->get(keys::membership(epoch_))))
                  .at("members")
                  .get<std::vector<int>>();
@@ -101,8 +125,12 @@ void Coordinator::adopt() {
                      .requested = Clock::now(),
                      .below_min_since = std::nullopt};
   }
-  spdlog::info("took over the job from {}: membership epoch {}, {} members, {} lost",
-               took_over_from_, epoch_, members_.size(), lost_.size());
+  // A predecessor that died between declaring a member lost and asking for the next epoch.
+  for (int m : members_) {
+    if (lost_.count(m) && !change_) {
+      request_change(true, "rank " + std::to_string(m) + " lost", pending_events_);
+    }
+  }
 }
 
 void Coordinator::save_cursors() {

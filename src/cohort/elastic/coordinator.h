@@ -141,6 +141,8 @@ class Coordinator {
   std::vector<nlohmann::json> poll_records(std::string (*key)(long), long& next);
   // The state a standby takes over: membership, lost ranks, cursors, recoveries so far.
   void adopt();
+  void adopt_state();
+  void fence();
   void save_cursors();
   void learn_joins();
   void check_heartbeats(std::vector<nlohmann::json>& events);

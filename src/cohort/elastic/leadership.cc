@@ -7,17 +7,17 @@
 #include "cohort/base/error.h"
 
 namespace cohort::elastic {
-namespace {
 
-const std::string kLeaderKey = "job/coordinator";
-
-}  // namespace
+const std::string Leadership::kKey = "job/coordinator";
 
 Leadership::Leadership(const store::EtcdAddress& job, Millis ttl, std::string who)
     : store_(std::make_unique<store::EtcdStore>(job)),
-      renew_(std::make_unique<store::EtcdStore>(job, std::max(ttl / 3, Millis(100)))),
+      renew_(std::make_unique<store::EtcdStore>(job)),
       ttl_(ttl),
-      who_(std::move(who)) {}
+      who_(std::move(who)) {
+  // A renewal that takes longer than this is no use: the lead would be over by its answer.
+  renew_->set_timeout(std::max(ttl / 3, Millis(100)));
+}
 
 Leadership::~Leadership() {
   {
@@ -26,25 +26,28 @@ Leadership::~Leadership() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  if (held_.load()) {
+  if (held()) {
     try {
       store_->revoke_lease(lease_);  // a clean end: no standby waits out the lease
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       spdlog::warn("could not give up the lead of the job: {}", e.what());
     }
   }
 }
 
 bool Leadership::try_lead() {
-  if (store_->check({kLeaderKey})) return false;
+  if (thread_.joinable()) return held();  // led already (or did, and lost it for good)
+  if (store_->check({kKey})) return false;
   // A lease of its own for each try: one granted while another led would have expired unrenewed.
+  // etcd counts its ttl from the grant, so this process's does too.
+  const auto granted = Clock::now();
   const int64_t lease = store_->grant_lease(ttl_);
-  if (!store_->create_with_lease(kLeaderKey, store::to_bytes(who_), lease)) {
+  if (!store_->create_with_lease(kKey, store::to_bytes(who_), lease)) {
     store_->revoke_lease(lease);
     return false;
   }
   lease_ = lease;
-  renewed_ = Clock::now().time_since_epoch().count();
+  renewed_ = granted.time_since_epoch().count();
   held_ = true;
   thread_ = std::thread([this] { renew_loop(); });
   return true;
@@ -52,9 +55,15 @@ bool Leadership::try_lead() {
 
 void Leadership::wait_to_lead(const std::function<void(const std::string&)>& on_wait) {
   bool told = false;
-  while (!try_lead()) {
-    if (!told) on_wait(leader());
-    told = true;
+  for (;;) {
+    try {
+      if (try_lead()) return;
+      if (!told) on_wait(leader());
+      told = true;
+    } catch (const Error& e) {
+      // etcd electing a leader or out of reach for a while: a standby keeps waiting.
+      spdlog::warn("standby: {}", e.what());
+    }
     // The key goes when the leader's lease expires (a ttl after its last renewal): looking a
     // few times per ttl takes over within a fraction of it.
     std::unique_lock lk(mu_);
@@ -63,14 +72,17 @@ void Leadership::wait_to_lead(const std::function<void(const std::string&)>& on_
 }
 
 bool Leadership::held() const {
+  if (!held_.load()) return false;
   const Clock::time_point renewed{Clock::duration(renewed_.load())};
-  return held_.load() && Clock::now() - renewed < ttl_ * 2 / 3;
+  if (Clock::now() - renewed < ttl_ * 2 / 3) return true;
+  held_ = false;  // for good: a later renewal does not make this process the leader again
+  return false;
 }
 
 std::string Leadership::leader() {
   try {
-    if (!store_->check({kLeaderKey})) return "";
-    return store::to_string(store_->get(kLeaderKey));
+    if (!store_->check({kKey})) return "";
+    return store::to_string(store_->get(kKey));
   } catch (const TimeoutError&) {
     return "";  // gone in between
   }
@@ -84,20 +96,20 @@ void Leadership::renew_loop() {
     cv_.wait_for(lk, period, [&] { return stop_; });
     if (stop_) break;
     lk.unlock();
-    bool alive = false;
     const auto sent = Clock::now();  // etcd counts the lease from no earlier than this
     try {
-      alive = renew_->keep_alive(lease_);
-      if (alive) renewed_ = sent.time_since_epoch().count();
-    } catch (const Error& e) {
+      if (held() && renew_->keep_alive(lease_)) renewed_ = sent.time_since_epoch().count();
+    } catch (const std::exception& e) {
       spdlog::warn("renewing the lead of the job failed: {}", e.what());
-      // Half the ttl: the lead ends here well before etcd can hand it to a standby.
-      alive = held();
     }
     lk.lock();
-    if (!alive) {
-      held_ = false;
-      spdlog::error("this coordinator's lease expired: it no longer leads the job");
+    if (!held()) {
+      spdlog::error("this coordinator's lease lapsed: it no longer leads the job");
+      lk.unlock();
+      try {
+        renew_->revoke_lease(lease_);  // a standby need not wait out the rest of it
+      } catch (const std::exception&) {
+      }
       return;
     }
   }

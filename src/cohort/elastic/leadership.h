@@ -35,10 +35,15 @@ class Leadership {
   void wait_to_lead(const std::function<void(const std::string&)>& on_wait);
   // Whether this process still leads: it took the lead, and its last renewal that etcd confirmed
   // was sent less than two thirds of a ttl ago (a process that was stopped or starved for longer
-  // may already have been replaced, before its renewing thread could tell).
+  // may already have been replaced, before its renewing thread could tell). Once false, false
+  // for good.
   bool held() const;
   // The current leader's description, or "" when there is none.
   std::string leader();
+  // The lease that holds the key while this process leads (writes can be fenced with it).
+  int64_t lease() const { return lease_; }
+
+  static const std::string kKey;  // job/coordinator
 
  private:
   void renew_loop();
@@ -48,8 +53,8 @@ class Leadership {
   Millis ttl_;
   std::string who_;
   int64_t lease_ = 0;
-  std::atomic<bool> held_{false};
-  std::atomic<Clock::rep> renewed_{0};  // when the last confirmed renewal was sent
+  mutable std::atomic<bool> held_{false};  // once false after leading, false for good
+  std::atomic<Clock::rep> renewed_{0};     // when the last confirmed renewal was sent
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

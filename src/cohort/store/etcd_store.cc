@@ -5,6 +5,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <exception>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
@@ -60,13 +61,14 @@ int64_t int_field(const json& j, const char* field) {
 struct Kv {
   Bytes value;
   int64_t mod_revision = 0;
+  int64_t lease = 0;
 };
 
 std::optional<Kv> first_kv(const json& range_response) {
   const json kvs = range_response.value("kvs", json::array());
   if (!kvs.is_array() || kvs.empty()) return std::nullopt;
   const json& kv = kvs[0];
-  return Kv{unb64(kv, "value"), int_field(kv, "mod_revision")};
+  return Kv{unb64(kv, "value"), int_field(kv, "mod_revision"), int_field(kv, "lease")};
 }
 
 std::string remaining_text(Millis t) {
@@ -162,26 +164,41 @@ class EtcdStore::Gateway {
             .dump();
     std::string pending;
     std::optional<Bytes> value;
+    std::exception_ptr failed;  // thrown in the receiver: rethrown once httplib is done
     req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-      pending.append(data, n);
-      for (size_t eol; (eol = pending.find('\n')) != std::string::npos;) {
-        const json message = json::parse(pending.substr(0, eol), nullptr, false);
-        pending.erase(0, eol + 1);
-        if (message.is_discarded() || !message.contains("result")) continue;
-        const json& result = message["result"];
-        const json events = result.is_object() ? result.value("events", json::array()) : json();
-        for (const json& ev : events.is_array() ? events : json::array()) {
-          if (ev.is_object() && ev.value("type", "PUT") == "PUT" && ev.contains("kv"))
-            value = unb64(ev["kv"], "value");
+      try {
+        pending.append(data, n);
+        for (size_t eol; (eol = pending.find('\n')) != std::string::npos;) {
+          const json message = json::parse(pending.substr(0, eol), nullptr, false);
+          pending.erase(0, eol + 1);
+          if (message.is_discarded() || !message.contains("result")) continue;
+          const json& result = message["result"];
+          const json events = result.is_object() ? result.value("events", json::array()) : json();
+          for (const json& ev : events.is_array() ? events : json::array()) {
+            if (ev.is_object() && ev.value("type", "PUT") == "PUT" && ev.contains("kv"))
+              value = unb64(ev["kv"], "value");
+          }
+          if (value) return false;  // ends the stream
         }
-        if (value) return false;  // ends the stream
+        return true;
+      } catch (...) {
+        failed = std::current_exception();
+        return false;
       }
-      return true;
     };
     httplib::Response res;
     httplib::Error err = httplib::Error::Success;
-    if (!c.send(req, res, err) && !value && err != httplib::Error::Read)
-      give_up_member(httplib::to_string(err));
+    const bool sent = c.send(req, res, err);
+    if (failed) {
+      client_.reset();  // the stream was left half read
+      std::rethrow_exception(failed);
+    }
+    if (!sent && !value && err != httplib::Error::Read) give_up_member(httplib::to_string(err));
+    if (sent && res.status != 200 && !value) {
+      // A member that refuses watches: another, after a pause rather than at once again.
+      give_up_member("watch answered " + std::to_string(res.status));
+      std::this_thread::sleep_for(std::min(deadline.remaining(), Millis(100)));
+    }
     return value;
   }
 
@@ -248,8 +265,39 @@ std::string EtcdStore::full_key(const std::string& key) const {
 
 void EtcdStore::set(const std::string& key, const Bytes& value) {
   std::lock_guard lk(mu_);
-  gateway_->call("/v3/kv/put", {{"key", b64(full_key(key))}, {"value", b64(value)}},
-                 Deadline::after(timeout_));
+  const json put = {{"key", b64(full_key(key))}, {"value", b64(value)}};
+  if (!fence_) {
+    gateway_->call("/v3/kv/put", put, Deadline::after(timeout_));
+    return;
+  }
+  fenced_txn({{"request_put", put}}, Deadline::after(timeout_));
+}
+
+void EtcdStore::fence(const std::string& key, int64_t lease) {
+  std::lock_guard lk(mu_);
+  fence_ = Fence{full_key(key), lease};
+}
+
+json EtcdStore::fenced_txn(const json& operation, Deadline deadline) {
+  const json txn = {{"compare", json::array({fence_compare()})},
+                    {"success", json::array({operation})}};
+  const json r = gateway_->call("/v3/kv/txn", txn, deadline);
+  if (!r.value("succeeded", false)) throw_fenced();
+  const json responses = r.value("responses", json::array());
+  return responses.is_array() && !responses.empty() ? responses[0] : json::object();
+}
+
+json EtcdStore::fence_compare() const {
+  return {{"key", b64(fence_->key)},
+          {"target", "LEASE"},
+          {"result", "EQUAL"},
+          {"lease", std::to_string(fence_->lease)}};
+}
+
+void EtcdStore::throw_fenced() const {
+  throw FencedError("etcd " + gateway_->members_text() + " refused a write: " + fence_->key +
+                    " is no longer held by lease " + std::to_string(fence_->lease) +
+                    " (another process leads the job now)");
 }
 
 Bytes EtcdStore::wait_for(const std::string& key, Deadline deadline) {
@@ -283,6 +331,9 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
   while (true) {
     const auto kv = first_kv(gateway_->call("/v3/kv/range", {{"key", b64(k)}}, deadline));
     const int64_t v = (kv ? counter_value(key, kv->value) : 0) + delta;
+    // Reading a counter (a coordinator does, for every heartbeat, many times a second) writes
+    // nothing: each write is a revision etcd keeps until compaction.
+    if (delta == 0 && kv) return v;
     // Written only if nobody wrote the key since it was read; otherwise read again.
     if (put_if_unchanged(k, kv ? kv->mod_revision : 0, to_bytes(std::to_string(v)), deadline))
       return v;
@@ -313,17 +364,29 @@ bool EtcdStore::put_if_unchanged(const std::string& full, int64_t mod_revision, 
                                            {"target", "CREATE"},
                                            {"result", "EQUAL"},
                                            {"create_revision", "0"}};
+  json compares = json::array({compare});
+  if (fence_) compares.push_back(fence_compare());
   const json txn = {
-      {"compare", json::array({compare})},
+      {"compare", compares},
       {"success", json::array({{{"request_put", {{"key", b64(full)}, {"value", b64(value)}}}}})}};
-  return gateway_->call("/v3/kv/txn", txn, deadline).value("succeeded", false);
+  if (gateway_->call("/v3/kv/txn", txn, deadline).value("succeeded", false)) return true;
+  if (fence_) {
+    // Which compare failed: the key's (read again) or the fence's (this writer is done).
+    const auto holder =
+        first_kv(gateway_->call("/v3/kv/range", {{"key", b64(fence_->key)}}, deadline));
+    if (!holder || holder->lease != fence_->lease) throw_fenced();
+  }
+  return false;
 }
 
 bool EtcdStore::delete_key(const std::string& key) {
   std::lock_guard lk(mu_);
-  const json r = gateway_->call("/v3/kv/deleterange", {{"key", b64(full_key(key))}},
-                                Deadline::after(timeout_));
-  return int_field(r, "deleted") > 0;
+  const json del = {{"key", b64(full_key(key))}};
+  const Deadline deadline = Deadline::after(timeout_);
+  if (!fence_) return int_field(gateway_->call("/v3/kv/deleterange", del, deadline), "deleted") > 0;
+  return int_field(fenced_txn({{"request_delete_range", del}}, deadline)
+                       .value("response_delete_range", json::object()),
+                   "deleted") > 0;
 }
 
 int64_t EtcdStore::grant_lease(Millis ttl) {
@@ -359,17 +422,24 @@ bool EtcdStore::create_with_lease(const std::string& key, const Bytes& value, in
        json::array(
            {{{"request_put",
               {{"key", b64(k)}, {"value", b64(value)}, {"lease", std::to_string(lease)}}}}})}};
-  return gateway_->call("/v3/kv/txn", txn, Deadline::after(timeout_)).value("succeeded", false);
+  const Deadline deadline = Deadline::after(timeout_);
+  if (gateway_->call("/v3/kv/txn", txn, deadline).value("succeeded", false)) return true;
+  // A transaction sent again to another member after the first applied it fails its compare:
+  // the key under this lease is a success all the same.
+  const auto kv = first_kv(gateway_->call("/v3/kv/range", {{"key", b64(k)}}, deadline));
+  return kv && kv->lease == lease;
 }
 
 int64_t EtcdStore::delete_all() {
   std::lock_guard lk(mu_);
   std::string end = full_key("");
   end.back() = char(end.back() + 1);  // the prefix ends in '/': every key under it sorts below
-  const json r =
-      gateway_->call("/v3/kv/deleterange", {{"key", b64(full_key(""))}, {"range_end", b64(end)}},
-                     Deadline::after(timeout_));
-  return int_field(r, "deleted");
+  const json del = {{"key", b64(full_key(""))}, {"range_end", b64(end)}};
+  const Deadline deadline = Deadline::after(timeout_);
+  if (!fence_) return int_field(gateway_->call("/v3/kv/deleterange", del, deadline), "deleted");
+  return int_field(fenced_txn({{"request_delete_range", del}}, deadline)
+                       .value("response_delete_range", json::object()),
+                   "deleted");
 }
 
 bool EtcdStore::check(const std::vector<std::string>& keys) {

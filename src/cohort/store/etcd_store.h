@@ -17,19 +17,29 @@
 // etcd refuses a request over its --max-request-bytes (1.5 MiB by default): a value sent in one
 // is at most about 1.1 MiB after base64. Cohort's own values are far smaller.
 //
-// Access to etcd is etcd's own to guard (client certificates or its users and roles, on a network
-// the job's hosts share); the job's token does not apply to it.
+// Access to etcd is etcd's own to guard: Cohort speaks plain HTTP to it and passes no etcd
+// credentials, so etcd must listen on a network only the job's hosts reach; the job's token does
+// not apply to it.
 #pragma once
 
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "cohort/base/error.h"
 #include "cohort/net/socket.h"
 #include "cohort/store/store.h"
 
 namespace cohort::store {
+
+// A fenced write found the fence's key held by another lease (store/etcd_store.h: fence()).
+class FencedError : public Error {
+ public:
+  using Error::Error;
+};
 
 struct EtcdAddress {
   std::vector<net::Endpoint> members;
@@ -65,6 +75,12 @@ class EtcdStore : public Store {
   // Puts key = value under the lease if the key is absent; whether it did.
   bool create_with_lease(const std::string& key, const Bytes& value, int64_t lease);
 
+  // From now on every write (set, add, compare_set, delete_key, delete_all) also requires `key` to
+  // be held by `lease`, in the same transaction; one that finds it otherwise throws FencedError
+  // and changes nothing. A coordinator fences its writes with its lead: one that lost the lead
+  // cannot write over its successor's.
+  void fence(const std::string& key, int64_t lease);
+
   // Deletes every key under this store's prefix (a finished job's); returns how many.
   int64_t delete_all();
 
@@ -81,7 +97,18 @@ class EtcdStore : public Store {
   bool put_if_unchanged(const std::string& full, int64_t mod_revision, const Bytes& value,
                         Deadline deadline);
 
+  struct Fence {
+    std::string key;  // full key
+    int64_t lease = 0;
+  };
+  // One transaction: `operation` (a request_put or request_delete_range) if the fence holds;
+  // its response. Throws FencedError otherwise.
+  nlohmann::json fenced_txn(const nlohmann::json& operation, Deadline deadline);
+  nlohmann::json fence_compare() const;
+  [[noreturn]] void throw_fenced() const;
+
   EtcdAddress address_;
+  std::optional<Fence> fence_;
   std::unique_ptr<Gateway> gateway_;
   std::mutex mu_;
 };
