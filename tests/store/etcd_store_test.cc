@@ -21,10 +21,12 @@ TEST(EtcdAddress, ParsesMembersAndPrefixAndRefusesWhatIsNotOne) {
   EXPECT_EQ(a.members[1].host, "etcd-1");
   EXPECT_EQ(a.prefix, "jobs/mnist");
   EXPECT_EQ(a.str(), "etcd://10.0.0.1:2379,etcd-1:2380/jobs/mnist");
-  for (const char* bad : {"http://h:2379/p", "etcd://h:2379", "etcd://h:2379/", "etcd://h/p",
-                          "etcd://h:2379,,h:1/p", "etcd://h:99999/p"}) {
+  for (const char* bad :
+       {"http://h:2379/p", "etcd://h:2379", "etcd://h:2379/", "etcd://h/p", "etcd://h:2379,,h:1/p",
+        "etcd://h:99999/p", "etcd://h:1/a b", "etcd://h\xff:1/p"}) {
     EXPECT_THROW(EtcdAddress::parse(bad), ConfigError) << bad;
   }
+  EXPECT_THROW(EtcdAddress::parse(std::string("etcd://h:1/p\0x", 14)), ConfigError);
   EXPECT_TRUE(is_etcd("etcd://h:1/p"));
   EXPECT_FALSE(is_etcd("127.0.0.1:29500"));
   EXPECT_EQ(store_host("etcd://h1:1,h2:2/p"), "h1");

@@ -5,9 +5,12 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <exception>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "cohort/base/base64.h"
@@ -81,6 +84,16 @@ EtcdAddress EtcdAddress::parse(const std::string& url) {
   if (!is_etcd_url(url))
     throw ConfigError("bad etcd address '" + url +
                       "': expected etcd://HOST:PORT[,HOST:PORT]/PREFIX");
+  // Host names, addresses, ports and a key prefix: nothing else belongs in one.
+  for (const char c : url) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) &&
+        std::string_view("._-:/,[]").find(c) == std::string_view::npos) {
+      char shown[8];
+      std::snprintf(shown, sizeof(shown), "0x%02x", static_cast<unsigned char>(c));
+      throw ConfigError("bad etcd address: character " + std::string(shown) +
+                        " is not allowed (letters, digits and ._-:/,[] only)");
+    }
+  }
   const std::string rest = url.substr(7);
   const size_t slash = rest.find('/');
   EtcdAddress a;
