@@ -126,6 +126,20 @@ class Launcher {
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
   }
   pid_t pid() const { return pid_; }
+  // What workers join (the job_started event's "coordinator"), once the job has started; "" if it
+  // did not within `limit`.
+  std::string join_address(std::chrono::seconds limit) {
+    std::string where;
+    wait_until(
+        [&] {
+          for (const auto& e : read_events(run())) {
+            if (e.value("event", "") == "job_started") where = e.value("coordinator", "");
+          }
+          return !where.empty();
+        },
+        limit);
+    return where;
+  }
   // The pid `cohort run` started for `rank` (from events.jsonl).
   int worker_pid(int rank) {
     for (const auto& e : read_events(run())) {
@@ -473,16 +487,8 @@ TEST(Elastic, AJobKeptInEtcdTrainsThroughTheLossOfAnEtcdMember) {
   std::vector<std::string> sets = kJob;
   sets.push_back("coordinator.store=" + etcd.url("jobs"));
   Launcher run(dir, sets);
-  std::string where;
-  ASSERT_TRUE(run.wait_until(
-      [&] {
-        const std::vector<json> events = read_events(run.run());
-        const json* e = find_event(events, "job_started");
-        if (e) where = e->value("coordinator", "");
-        return e != nullptr;
-      },
-      60s))
-      << run.output();
+  const std::string where = run.join_address(60s);
+  ASSERT_FALSE(where.empty()) << run.output();
   ASSERT_TRUE(where.starts_with(etcd.url("jobs") + "/run-")) << where;
   cohort::store::EtcdStore job(cohort::store::EtcdAddress::parse(where), 10s);
   EXPECT_TRUE(job.check({"job/config"}));
@@ -525,16 +531,9 @@ void standby_drill(const std::string& name, bool external, Loss loss = Loss::Kil
                   "checkpoint.every_steps=0", "elastic.heartbeat_s=0.2",
                   "elastic.failure_timeout_s=2", "coordinator.store=" + etcd.url("jobs")},
                  extra);
-  std::string where;
-  ASSERT_TRUE(first.wait_until(
-      [&] {
-        const std::vector<json> events = read_events(first.run());
-        const json* e = find_event(events, "job_started");
-        if (e) where = e->value("coordinator", "");
-        return e != nullptr && fs::exists(token);
-      },
-      60s))
-      << first.output();
+  const std::string where = first.join_address(60s);
+  ASSERT_FALSE(where.empty()) << first.output();
+  ASSERT_TRUE(first.wait_until([&] { return fs::exists(token); }, 10s)) << first.output();
   std::optional<ExternalWorker> w0, w1;
   if (external) {
     w0.emplace(dir / "w0.log", where, token, 0);
