@@ -19,10 +19,11 @@ if(NOT EXISTS ${web_dir}/node_modules/uplot/dist/uPlot.iife.min.js)
 endif()
 
 set(web_asset_names console.html console.js console.css jobs.html jobs.js compare.html compare.js
-    uPlot.iife.min.js uPlot.min.css)
+    simulate.html simulate.js uPlot.iife.min.js uPlot.min.css)
 set(web_asset_files
   ${web_dir}/console.html ${web_dir}/console.js ${web_dir}/console.css ${web_dir}/jobs.html
-  ${web_dir}/jobs.js ${web_dir}/compare.html ${web_dir}/compare.js
+  ${web_dir}/jobs.js ${web_dir}/compare.html ${web_dir}/compare.js ${web_dir}/simulate.html
+  ${web_dir}/simulate.js
   ${web_dir}/node_modules/uplot/dist/uPlot.iife.min.js ${web_dir}/node_modules/uplot/dist/uPlot.min.css)
 string(REPLACE ";" "|" names_arg "${web_asset_names}")
 string(REPLACE ";" "|" files_arg "${web_asset_files}")

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "cohort/base/error.h"
-#include "cohort/train/yaml_reader.h"
+#include "cohort/base/yaml_reader.h"
 
 namespace cohort::train {
 namespace {

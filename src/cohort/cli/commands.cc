@@ -17,6 +17,8 @@ int serve_main(int argc, char** argv);
 int diagnose_main(int argc, char** argv);
 int checkpoint_main(int argc, char** argv);
 int k8s_main(int argc, char** argv);
+int calibrate_main(int argc, char** argv);
+int simulate_main(int argc, char** argv);
 #endif
 
 const std::vector<Command>& commands() {
@@ -28,6 +30,8 @@ const std::vector<Command>& commands() {
       {"diagnose", "where a run's steps went, stragglers, and what to change", diagnose_main},
       {"checkpoint", "verify checkpoints the way a resume reads them", checkpoint_main},
       {"k8s", "the Kubernetes manifests that run a job on a cluster", k8s_main},
+      {"calibrate", "measure this machine and a job for the simulator", calibrate_main},
+      {"simulate", "predict a job's step time and scaling at any number of workers", simulate_main},
 #endif
       {"bench", "measure collectives across local processes", bench_main},
       {"status", "show a running job's console in the terminal", status_main},

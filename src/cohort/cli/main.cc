@@ -19,6 +19,8 @@ void usage(std::ostream& os) {
         "  bench allreduce   measure collectives across local processes\n"
         "  trace merge DIR   merge a job's per-rank timelines into DIR/trace.json\n"
         "  diagnose DIR      where a run's steps went, stragglers, and what to change\n"
+        "  calibrate JOB     measure this machine and a job for the simulator\n"
+        "  simulate JOB      predict a job's step time and scaling at any number of workers\n"
         "  logs DIR          a run's logs, every rank's merged in time order (--rank R)\n"
         "  version           print the version\n"
         "\nRun 'cohort <command> --help' for a command's options.\n";

@@ -12,6 +12,8 @@
 #include "cohort/comm/encoding.h"
 #include "cohort/comm/exchange.h"
 #include "cohort/comm/mesh.h"
+#include "cohort/comm/plan.h"
+#include "cohort/comm/reduce.h"
 #include "cohort/comm/types.h"
 
 namespace cohort::comm {
@@ -34,6 +36,8 @@ struct OpContext {
   Spin spin{};                    // how long a wait polls before it sleeps (exchange())
   const std::vector<int>* members = nullptr;  // mesh ranks of the group; null: the whole mesh
   int member_index = 0;                       // this rank's place in *members
+  // Set: the operation is planned, not run (plan.h): run() and the kernels below report to it.
+  PlanSink* plan = nullptr;
 
   int rank() const { return members ? member_index : mesh.rank(); }
   int size() const { return members ? static_cast<int>(members->size()) : mesh.size(); }
@@ -47,6 +51,22 @@ struct OpContext {
     return scratch.data();
   }
   void run(SendPlan* send, RecvPlan* recv);
+  // The reduction kernels (reduce.h), as every algorithm calls them.
+  void reduce(DType dtype, ReduceOp op, void* dst, const void* a, const void* b,
+              size_t count) const {
+    if (plan) {
+      plan->work(WorkKind::Reduce, count * dtype_size(dtype));
+    } else {
+      comm::reduce(dtype, op, dst, a, b, count);
+    }
+  }
+  void divide(DType dtype, void* data, size_t count, int divisor) const {
+    if (plan) {
+      plan->work(WorkKind::Divide, count * dtype_size(dtype));
+    } else {
+      comm::divide(dtype, data, count, divisor);
+    }
+  }
   // Elements per pipeline segment for this operation's dtype (at least one).
   size_t segment_elems() const {
     size_t n = chunk_bytes / dtype_size(id.dtype);
@@ -135,6 +155,8 @@ inline constexpr size_t kRecursiveDoublingMaxBytes = size_t{32} << 10;
 // most crowded of which holds `max_local` of them.
 Algorithm choose_allreduce(size_t bytes, int size, int hosts = 1, int max_local = 1);
 
+// Runs the allreduce `algo` (not Auto: choose_allreduce picks for it), as the communicator does.
+void allreduce_with(OpContext& ctx, Buffer buf, ReduceOp op, Algorithm algo);
 void allreduce_ring(OpContext& ctx, Buffer buf, ReduceOp op);
 // Steps [first, first + count) of the ring allreduce's 2(n - 1): its reduce-scatter is steps
 // 0 .. n - 2 (after it rank r holds the reduction of block (r + 1) mod n of Blocks{count, n}), its

@@ -38,6 +38,14 @@ Algorithm choose_allreduce(size_t bytes, int size, int hosts, int max_local) {
   return bytes <= n * (n - 1) * (size_t{16} << 10) ? Algorithm::HalvingDoubling : Algorithm::Ring;
 }
 
+void allreduce_with(OpContext& ctx, Buffer buf, ReduceOp op, Algorithm algo) {
+  if (algo == Algorithm::Hierarchical) {
+    allreduce_hierarchical(ctx, buf, op);
+  } else {
+    allreduce_flat(ctx, buf, op, algo);
+  }
+}
+
 void allreduce_flat(OpContext& ctx, Buffer buf, ReduceOp op, Algorithm algo) {
   if (algo == Algorithm::HalvingDoubling) {
     allreduce_halving_doubling(ctx, buf, op);

@@ -37,7 +37,7 @@ void swap_ranges(OpContext& ctx, int peer, const SegmentedRange& out, const Segm
                     [&](size_t i) {
                       if (!op) return;
                       Segment s = in.at(i);
-                      reduce(dt, *op, s.data, s.data, scratch, s.bytes / in.elem_size);
+                      ctx.reduce(dt, *op, s.data, s.data, scratch, s.bytes / in.elem_size);
                     }};
   ctx.run(out.count() ? &send : nullptr, in.count() ? &recv : nullptr);
 }
@@ -94,7 +94,7 @@ void allreduce_halving_doubling(OpContext& ctx, Buffer buf, ReduceOp op) {
     }
     if (op == ReduceOp::Avg) {
       SegmentedRange mine = elems(lo, hi);
-      divide(buf.dtype, buf.byte_ptr() + mine.off * es, mine.len, n);
+      ctx.divide(buf.dtype, buf.byte_ptr() + mine.off * es, mine.len, n);
     }
     for (int step = static_cast<int>(before.size()) - 1; step >= 0; --step) {
       const int d = 1 << step;

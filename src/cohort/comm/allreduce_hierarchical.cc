@@ -108,7 +108,7 @@ void allreduce_hierarchical(OpContext& ctx, Buffer buf, ReduceOp op) {
   if (op == ReduceOp::Avg) {
     const Blocks blocks{buf.count, static_cast<size_t>(L)};
     const size_t held = static_cast<size_t>((in_host.rank() + 1) % L);
-    divide(buf.dtype, buf.byte_ptr() + blocks.offset(held) * es, blocks.length(held), n);
+    ctx.divide(buf.dtype, buf.byte_ptr() + blocks.offset(held) * es, blocks.length(held), n);
   }
 
   ring_steps(in_host, buf, op, L - 1, L - 1);

@@ -53,7 +53,7 @@ void allreduce_recursive_doubling(OpContext& ctx, Buffer buf, ReduceOp op) {
     RecvPlan recv{
         .peer = peer, .count = whole.count(), .segment = in_scratch, .on_segment = [&](size_t i) {
           Segment mine = whole.at(i), theirs = in_scratch(i);
-          reduce(buf.dtype, op, mine.data, theirs.data, mine.data, mine.bytes / es);
+          ctx.reduce(buf.dtype, op, mine.data, theirs.data, mine.data, mine.bytes / es);
         }};
     ctx.run(nullptr, &recv);
   };
@@ -67,7 +67,7 @@ void allreduce_recursive_doubling(OpContext& ctx, Buffer buf, ReduceOp op) {
                   .on_segment =
                       [&](size_t i) {
                         Segment mine = whole.at(i), theirs = in_scratch(i);
-                        reduce(buf.dtype, op, mine.data, mine_first ? mine.data : theirs.data,
+                        ctx.reduce(buf.dtype, op, mine.data, mine_first ? mine.data : theirs.data,
                                mine_first ? theirs.data : mine.data, mine.bytes / es);
                       },
                   .apply_lag = 0};
@@ -93,7 +93,7 @@ void allreduce_recursive_doubling(OpContext& ctx, Buffer buf, ReduceOp op) {
 
   if (v >= 0) {
     for (int d = 1; d < p; d *= 2) swap_reduce(real_rank(v ^ d), (v & d) == 0);
-    if (op == ReduceOp::Avg) divide(buf.dtype, buf.byte_ptr(), buf.count, n);
+    if (op == ReduceOp::Avg) ctx.divide(buf.dtype, buf.byte_ptr(), buf.count, n);
   }
 
   if (r < 2 * extra) {

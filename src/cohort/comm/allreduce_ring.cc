@@ -91,8 +91,8 @@ void ring_steps(OpContext& ctx, Buffer buf, ReduceOp op, int first, int count) {
                       if (s >= n - 1) return;  // allgather: already in place
                       size_t len = range(recv_block(s), k, &off);
                       uint8_t* dst = buf.byte_ptr() + off * es;
-                      reduce(buf.dtype, op, dst, dst, scratch, len);
-                      if (op == ReduceOp::Avg && s == n - 2) divide(buf.dtype, dst, len, n);
+                      ctx.reduce(buf.dtype, op, dst, dst, scratch, len);
+                      if (op == ReduceOp::Avg && s == n - 2) ctx.divide(buf.dtype, dst, len, n);
                     },
                 .lag = kNoLag};
   ctx.run(&send, &recv);

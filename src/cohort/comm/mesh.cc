@@ -159,6 +159,24 @@ int Mesh::pairs_of(transport::Kind k) const {
   return n;
 }
 
+Mesh::Mesh(int rank, const std::vector<int>& host_of)
+    : rank_(rank),
+      size_(static_cast<int>(host_of.size())),
+      host_of_(host_of),
+      ready_(std::make_unique<std::atomic<transport::Pair*>[]>(host_of.size())) {
+  for (size_t r = 0; r < host_of.size(); ++r) ready_[r] = nullptr;
+  if (rank < 0 || rank >= size_) {
+    throw Error("a mesh of " + std::to_string(size_) + " ranks has no rank " + std::to_string(rank));
+  }
+  ranks_on_this_host_ = 0;
+  hosts_ = 0;
+  for (int h : host_of_) {
+    if (h < 0 || h > hosts_) throw Error("hosts must be numbered in the order of their lowest rank");
+    hosts_ = std::max(hosts_, h + 1);
+    ranks_on_this_host_ += h == host_of_[static_cast<size_t>(rank)];
+  }
+}
+
 transport::Pair& Mesh::connect_to(int r, Deadline deadline) {
   if (!lazy_) {
     throw Error("rank " + std::to_string(rank_) + " has no pair to rank " + std::to_string(r));

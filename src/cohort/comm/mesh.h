@@ -55,6 +55,10 @@ class Mesh {
   static std::unique_ptr<Mesh> connect(store::Store& store, const CommConfig& config);
   // A single rank: no sockets at all.
   Mesh();
+  // Rank `rank` of a world whose rank r is on host host_of[r] (hosts numbered 0, 1, ... in the
+  // order of their lowest rank), with no pair to anyone: what the simulator plans an operation
+  // over (plan.h). pair() throws.
+  Mesh(int rank, const std::vector<int>& host_of);
   ~Mesh();
   Mesh(const Mesh&) = delete;
   Mesh& operator=(const Mesh&) = delete;

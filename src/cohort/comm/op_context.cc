@@ -18,8 +18,15 @@ OpContext OpContext::within(const std::vector<int>& group) const {
 }
 
 void OpContext::run(SendPlan* send, RecvPlan* recv) {
+  auto go = [&] {
+    if (plan) {
+      plan->exchange(send, recv);
+    } else {
+      exchange(mesh, counters, id, send, recv, deadline, spin);
+    }
+  };
   if (!members) {
-    exchange(mesh, counters, id, send, recv, deadline, spin);
+    go();
     return;
   }
   // The plans name members; the exchange, mesh ranks. They are the caller's: put the members back
@@ -35,7 +42,7 @@ void OpContext::run(SendPlan* send, RecvPlan* recv) {
   Translated r{recv ? &recv->peer : nullptr, recv ? recv->peer : 0};
   if (send) send->peer = mesh_rank(send->peer);
   if (recv) recv->peer = mesh_rank(recv->peer);
-  exchange(mesh, counters, id, send, recv, deadline, spin);
+  go();
 }
 
 }  // namespace cohort::comm

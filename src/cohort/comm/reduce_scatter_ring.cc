@@ -62,8 +62,8 @@ void reduce_scatter_ring(OpContext& ctx, Buffer in, Buffer out, ReduceOp op) {
                       auto [off, len] = seg_of(i % K);
                       const int b = wrap(r - static_cast<int>(s) - 2, n);
                       uint8_t* dst = result_of(s) + off;
-                      reduce(in.dtype, op, dst, input_block(b) + off, landing, len / es);
-                      if (op == ReduceOp::Avg && s + 1 == steps) divide(in.dtype, dst, len / es, n);
+                      ctx.reduce(in.dtype, op, dst, input_block(b) + off, landing, len / es);
+                      if (op == ReduceOp::Avg && s + 1 == steps) ctx.divide(in.dtype, dst, len / es, n);
                     },
                 .lag = K};
   ctx.run(&send, &recv);

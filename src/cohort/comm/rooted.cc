@@ -54,12 +54,12 @@ void reduce_to_root(OpContext& ctx, Buffer buf, ReduceOp op, int root) {
                   .on_segment =
                       [&](size_t i) {
                         const Segment s = mine.at(i);
-                        reduce(buf.dtype, op, s.data, s.data, theirs.at(i).data,
+                        ctx.reduce(buf.dtype, op, s.data, s.data, theirs.at(i).data,
                                s.bytes / dtype_size(buf.dtype));
                       }};
     ctx.run(nullptr, &recv);
   }
-  if (op == ReduceOp::Avg) divide(buf.dtype, buf.data, buf.count, n);
+  if (op == ReduceOp::Avg) ctx.divide(buf.dtype, buf.data, buf.count, n);
 }
 
 void gather_to_root(OpContext& ctx, Buffer in, Buffer out, int root) {

@@ -223,13 +223,7 @@ std::shared_ptr<Work> TcpCommunicator::allreduce(Buffer buf, const AllreduceOpti
   shape.detail = static_cast<int>(op);
   return enqueue(
       OpKind::Allreduce, buf.dtype, buf.bytes(), opts.timeout,
-      [buf, algo, op](OpContext& ctx) {
-        if (algo == Algorithm::Hierarchical) {
-          allreduce_hierarchical(ctx, buf, op);
-        } else {
-          allreduce_flat(ctx, buf, op, algo);
-        }
-      },
+      [buf, algo, op](OpContext& ctx) { allreduce_with(ctx, buf, op, algo); },
       0, -1, "", &shape);
 }
 

@@ -10,7 +10,7 @@
 #include "cohort/base/error.h"
 #include "cohort/store/etcd_store.h"
 #include "cohort/train/idx.h"
-#include "cohort/train/yaml_reader.h"
+#include "cohort/base/yaml_reader.h"
 
 namespace cohort::train {
 namespace {

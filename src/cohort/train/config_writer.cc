@@ -1,6 +1,6 @@
 // The resolved job configuration written back as YAML (config.h: to_yaml).
 #include "cohort/train/config.h"
-#include "cohort/train/yaml_reader.h"
+#include "cohort/base/yaml_reader.h"
 
 namespace cohort::train {
 

@@ -1,4 +1,4 @@
-#include "cohort/train/yaml_reader.h"
+#include "cohort/base/yaml_reader.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -9,7 +9,7 @@
 
 #include "cohort/base/error.h"
 
-namespace cohort::train {
+namespace cohort {
 namespace {
 
 std::string join(const std::string& path, std::string_view key) {
@@ -336,4 +336,4 @@ std::optional<std::vector<int64_t>> YamlReader::get_int_list(const YAML::Node& m
   return out;
 }
 
-}  // namespace cohort::train
+}  // namespace cohort

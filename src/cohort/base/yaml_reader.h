@@ -1,4 +1,5 @@
-// Strict, located reading of a YAML tree against a schema: the machinery under the job config.
+// Strict, located reading of a YAML tree against a schema: the machinery under the job config and
+// the simulator's profiles (JSON is read as the YAML it is a subset of, so its errors are located too).
 //
 // A YamlReader knows where every value came from (file:line:column, or the --set override that
 // put it there) and raises ConfigErrors of the form "<where>: <key path>: <what is wrong>".
@@ -15,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-namespace cohort::train {
+namespace cohort {
 
 // Section path ("" for the root, "train.optimizer", ...) -> the keys it may hold.
 using Schema = std::map<std::string, std::vector<std::string>, std::less<>>;
@@ -93,4 +94,4 @@ class YamlReader {
   mutable std::map<std::string, YAML::Mark> key_marks_;
 };
 
-}  // namespace cohort::train
+}  // namespace cohort

@@ -1,0 +1,253 @@
+// `cohort calibrate [JOB.yaml] [--out profile.json] [--steps N] [--set key=value]...`: measures
+// what the simulator needs (sim/profile.h) on this machine - its transports, its reduction and
+// codec kernels, its cores - and, given a job, the job's compute from a short run of one worker
+// with a timeline (forward, backward with each gradient's time, the optimizer, data loading).
+#include <sys/sysinfo.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "cohort/base/error.h"
+#include "cohort/base/file.h"
+#include "cohort/base/host.h"
+#include "cohort/cli/args.h"
+#include "cohort/elastic/process.h"
+#include "cohort/sim/calibrate.h"
+#include "cohort/train/config.h"
+#include "cohort/train/models.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace cohort::cli {
+namespace {
+
+// DDP makes buckets no smaller than one gradient: this many MiB makes one per gradient (after the
+// first, which DDP keeps at 1 MiB).
+constexpr double kTinyBucketMb = 1e-6;
+
+int usage(std::ostream& os, int code) {
+  os << "usage: cohort calibrate [JOB.yaml] [--out profile.json] [--steps N] [--set key=value]...\n\n"
+        "Measures this machine's transports (latency and bandwidth over TCP and shared memory), its\n"
+        "reduction and codec kernels and its cores, and with a job file the job's compute from a\n"
+        "short run of one worker (forward, backward and when each gradient is ready, optimizer,\n"
+        "data loading): the profile `cohort simulate` predicts with. Run it on a quiet machine.\n"
+        "The profile is JSON (docs/simulate.md); --out defaults to profile.json.\n";
+  return code;
+}
+
+double load_average() {
+  double l[1] = {0};
+  return getloadavg(l, 1) == 1 ? l[0] : -1;
+}
+
+std::string now_text() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", std::gmtime(&t));
+  return buf;
+}
+
+// The model's gradients in the order backward produces them: the reverse of registration order,
+// as DDP buckets them; rows x cols as DDP hands them to PowerSGD (first dimension by the rest).
+std::vector<sim::Gradient> gradients_of(const train::JobConfig& job) {
+  auto model = train::make_model(job.model, train::input_spec(job.data), job.train.seed);
+  std::vector<sim::Gradient> out;
+  for (const auto& item : model->named_parameters(/*recurse=*/true)) {
+    const torch::Tensor& p = item.value();
+    if (!p.requires_grad()) continue;
+    const uint64_t numel = static_cast<uint64_t>(p.numel());
+    const uint64_t rows = p.dim() >= 2 ? static_cast<uint64_t>(p.size(0)) : 1;
+    out.push_back(sim::Gradient{.name = item.key(), .bytes = numel * 4, .rows = rows, .cols = numel / rows});
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+// Median seconds per size of `cohort bench allreduce` with two processes of this host.
+std::map<uint64_t, double> bench_times(comm::Transport transport, comm::Algorithm algo,
+                                       const std::string& sizes) {
+  const std::string out = (fs::temp_directory_path() / ("cohort-calibrate-bench-" + std::to_string(getpid()))).string();
+  auto child = elastic::ChildProcess::spawn(
+      {.executable = elastic::self_executable(),
+       .args = {"bench", "allreduce", "--ranks", "2", "--sizes", sizes, "--algo",
+                std::string(comm::algorithm_name(algo)), "--transport",
+                std::string(comm::transport_name(transport)), "--json"},
+       .stdout_path = out,
+       .stderr_path = out + ".err"});
+  const auto status = child.wait_for(std::chrono::minutes(5));
+  const std::string text = fs::exists(out) ? read_file(out) : "";
+  const std::string err = fs::exists(out + ".err") ? read_file(out + ".err") : "";
+  fs::remove(out);
+  fs::remove(out + ".err");
+  if (!status || !status->ok()) {
+    throw Error("calibrate: cohort bench allreduce over " + std::string(comm::transport_name(transport)) + " " +
+                (status ? status->describe() : std::string("did not end")) + ": " + err);
+  }
+  std::map<uint64_t, double> times;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    const json j = json::parse(line);
+    times[j.at("bytes").get<uint64_t>()] = j.at("time_us").get<double>() * 1e-6;
+  }
+  return times;
+}
+
+// A transport's latency and bandwidth, measured by the bench and fitted through the simulator.
+sim::LinkCost measure_link(const sim::Profile& p, comm::Transport transport, double* spread) {
+  sim::LinkCost link;
+  const auto small = bench_times(transport, comm::Algorithm::RecursiveDoubling, "8");
+  if (!small.count(8)) throw Error("calibrate: the bench printed no time for 8 bytes");
+  link.latency_s = small.at(8);
+  sim::Profile q = p;
+  (transport == comm::Transport::Shm ? q.shm.emplace() : q.tcp) = link;
+  const auto large = bench_times(transport, comm::Algorithm::Ring, "4M,16M");
+  std::vector<double> rates;
+  for (const auto& [bytes, seconds] : large) {
+    rates.push_back(sim::fit_bandwidth(q, transport, comm::Algorithm::Ring, bytes, seconds));
+  }
+  if (rates.size() != 2) throw Error("calibrate: the bench printed no times for 4 and 16 MiB");
+  link.bytes_per_s = std::sqrt(rates[0] * rates[1]);
+  *spread = std::abs(rates[0] - rates[1]) / link.bytes_per_s;
+  return link;
+}
+
+// Runs the job with one worker and a timeline, and reads the compute off the timeline.
+sim::Compute measure_compute(const std::string& job_path, const train::JobConfig& job,
+                             const std::vector<std::string>& sets, int64_t steps) {
+  const fs::path dir = fs::temp_directory_path() / ("cohort-calibrate-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  struct Cleanup {
+    fs::path d;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(d, ec);
+    }
+  } cleanup{dir};
+  std::vector<std::string> args = {"run", job_path};
+  for (const std::string& s : sets) args.insert(args.end(), {"--set", s});
+  char bucket[32];
+  std::snprintf(bucket, sizeof bucket, "%g", kTinyBucketMb);
+  for (const std::string& s :
+       {std::string("workers=1"), std::string("trace.enabled=true"), "comm.bucket_mb=" + std::string(bucket),
+        "train.max_steps=" + std::to_string(steps), std::string("train.eval_every_steps=0"),
+        std::string("checkpoint.every_steps=0"), std::string("faults=[]"), std::string("sync.mode=allreduce"),
+        std::string("sync.balance=off"), std::string("comm.compression=none"), std::string("dashboard=null")}) {
+    args.insert(args.end(), {"--set", s});
+  }
+  args.insert(args.end(), {"--run-dir", dir.string()});
+  std::cerr << "calibrate: running " << steps << " steps of " << job.name << " with one worker\n";
+  auto child = elastic::ChildProcess::spawn(
+      {.executable = elastic::self_executable(), .args = args, .stdout_path = (dir.string() + ".out"),
+       .stderr_path = (dir.string() + ".out")});
+  const auto status = child.wait_for(std::chrono::hours(2));
+  const std::string output = fs::exists(dir.string() + ".out") ? read_file(dir.string() + ".out") : "";
+  fs::remove(dir.string() + ".out");
+  if (!status || !status->ok()) {
+    throw Error("calibrate: the run of " + job_path + " " +
+                (status ? status->describe() : std::string("did not end")) + ":\n" + output);
+  }
+  const fs::path trace = dir / "trace" / "rank-0.json";
+  if (!fs::exists(trace)) throw Error("calibrate: the run left no timeline at " + trace.string());
+  sim::Compute c = sim::compute_from_trace(json::parse(read_file(trace)), gradients_of(job), kTinyBucketMb,
+                                           std::min<int64_t>(5, steps / 4));
+  c.threads = static_cast<int>(job.threads_per_worker);
+  c.batch_per_worker = job.train.batch_size;
+  return c;
+}
+
+}  // namespace
+
+int calibrate_main(int argc, char** argv) {
+  Args args(argc, argv, {"out", "steps", "set"}, {"help"});
+  if (args.has("help")) return usage(std::cout, 0);
+  if (args.positionals().size() > 1) return usage(std::cerr, 2);
+  const std::string out = args.get_or("out", "profile.json");
+  const long steps = args.get_int("steps", 40);
+  if (steps < 12 || steps > 100000) throw ConfigError("--steps: expected at least 12 steps");
+  std::optional<train::JobConfig> job;
+  if (!args.positionals().empty()) {
+    job = train::load_job_config(args.positionals()[0], {.overrides = args.all("set")});
+    if (!job->program.python.empty()) {
+      throw ConfigError(args.positionals()[0] +
+                        ": calibrate measures Cohort's own models; a Python program's compute is its own");
+    }
+  }
+  const double load = load_average();
+  if (load >= 1.0) {
+    std::cerr << "calibrate: warning: the 1-minute load average is " << load
+              << "; figures measured on a busy machine are not this machine's\n";
+  }
+  sim::Profile p;
+  p.name = (job ? job->name + " on " : std::string()) + host_name();
+  p.cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::cerr << "calibrate: kernels, transports (tcp";
+  p.reduce_bytes_per_s = sim::measure_reduce();
+  double tcp_spread = 0, shm_spread = -1;
+  p.tcp = measure_link(p, comm::Transport::Tcp, &tcp_spread);
+  try {
+    std::cerr << ", shm";
+    double spread = 0;
+    p.shm = measure_link(p, comm::Transport::Shm, &spread);
+    shm_spread = spread;
+  } catch (const std::exception& e) {
+    std::cerr << " [no shared memory here: " << e.what() << "]";
+  }
+  std::cerr << ")\n";
+  // Between hosts this machine has only loopback: the network is TCP's figures, its kernel work
+  // per byte what one stream at full speed costs the two cores at its ends.
+  p.network = p.tcp;
+  p.network.cpu_s_per_byte = 1 / p.tcp.bytes_per_s;
+  p.codecs = sim::measure_codecs(job ? static_cast<int>(job->comm.topk_ratio * 1000) : 10,
+                                 job ? static_cast<int>(job->comm.powersgd_rank) : 4);
+  if (job) {
+    p.compute = measure_compute(args.positionals()[0], *job, args.all("set"), steps);
+    p.has_compute = true;
+    p.ranks_per_host = std::max(1, p.cores / p.compute.threads);
+  }
+  char src[256];
+  std::snprintf(src, sizeof src,
+                "measured by cohort calibrate on %s, %d cores, %s (1-minute load average %.2f); "
+                "bandwidths at 4 and 16 MiB within %.0f%% (tcp)%s of each other",
+                host_name().c_str(), p.cores, now_text().c_str(), load, tcp_spread * 100,
+                shm_spread >= 0 ? (", " + std::to_string(static_cast<int>(shm_spread * 100)) + "% (shm)").c_str() : "");
+  p.sources.push_back(src);
+  p.sources.push_back(
+      "network: this machine's loopback TCP (no other host to measure); cohort simulate --link and "
+      "--link-latency give another");
+  write_file_atomically(out, sim::profile_json(p));
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "tcp: %.1f us, %.2f GB/s; shm: %s; reduce %.2f GB/s per core\n", p.tcp.latency_s * 1e6,
+                p.tcp.bytes_per_s / 1e9,
+                p.shm ? (std::to_string(p.shm->latency_s * 1e6).substr(0, 5) + " us, " +
+                         std::to_string(p.shm->bytes_per_s / 1e9).substr(0, 5) + " GB/s").c_str()
+                      : "none",
+                p.reduce_bytes_per_s / 1e9);
+  std::cout << line;
+  if (job) {
+    const sim::Compute& c = p.compute;
+    std::snprintf(line, sizeof line,
+                  "compute of one worker (%d thread%s, batch %lld): data %.2f ms, forward %.2f ms, backward "
+                  "%.2f ms (%zu gradients, %.2f MB), optimizer %.2f ms\n",
+                  c.threads, c.threads == 1 ? "" : "s", static_cast<long long>(c.batch_per_worker), c.data_s * 1e3,
+                  c.forward_s * 1e3, c.backward_s * 1e3, c.gradients.size(), c.gradient_bytes() / 1e6,
+                  c.optimizer_s * 1e3);
+    std::cout << line;
+  }
+  std::cout << "profile: " << out << "\n";
+  return 0;
+}
+
+}  // namespace cohort::cli

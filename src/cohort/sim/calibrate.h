@@ -1,0 +1,43 @@
+// Calibration: the figures of a profile (profile.h) measured on this machine.
+//
+// Transports: from `cohort bench allreduce` of two worker processes (cli/calibrate.cc): the
+// latency is the time of an allreduce of 8 bytes by recursive doubling (one message each way at
+// once, the hand-off to the communication thread included), the bandwidth what makes the
+// simulator's 2-rank ring of 4 and 16 MiB take as long as the measured one (fit_bandwidth).
+// Kernels: the reduction kernel and each codec on 16 MiB of f32, the median of repeated runs.
+// Compute: from the timeline of a short run of the job (compute_from_trace), by the caller.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cohort/comm/types.h"
+#include "cohort/sim/profile.h"
+
+namespace cohort::sim {
+
+// The bandwidth of one stream of `transport` (Tcp or Shm) between two ranks of one host that
+// makes the simulated allreduce of `bytes` with `algorithm` take the `seconds` measured for it,
+// the profile's latency and kernels as they are: the model is calibrated on what the real
+// communicator does, segment pipelining and the cores the two ranks share included.
+double fit_bandwidth(const Profile& profile, comm::Transport transport, comm::Algorithm algorithm,
+                     size_t bytes, double seconds);
+
+// The reduction kernel's rate (f32 sum, bytes of output per second on one core).
+double measure_reduce();
+
+// Each codec's rates (fp16, bf16, int8, topk, powersgd), per core in f32 input bytes.
+std::map<std::string, CodecCost, std::less<>> measure_codecs(int topk_ratio_permille = 10,
+                                                             int powersgd_rank = 4);
+
+// One worker's compute from its trace (trace/tracer.h: spans data, forward, backward, optimizer
+// with their step; instants "bucket N ready" with their bytes) of a run with buckets as small
+// as DDP makes them, so that the instants time the gradients. `gradients` are the model's, in the
+// order backward produces them (bytes, rows, cols, name; ready_s is filled here). Steps before
+// `skip` are warm-up; each figure is the median over the rest. Throws Error when the trace lacks
+// what it needs.
+Compute compute_from_trace(const nlohmann::json& trace, std::vector<Gradient> gradients,
+                           double bucket_mb, int64_t skip);
+
+}  // namespace cohort::sim

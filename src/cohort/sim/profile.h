@@ -1,0 +1,87 @@
+// A profile: what the simulator knows of the hardware and of the job, as measured by `cohort
+// calibrate` on this machine or written by hand for hardware that is not here (docs/simulate.md
+// documents every key). JSON:
+//
+//   {"profile": 1, "name": "...", "sources": ["where each figure comes from", ...],
+//    "host": {"cores": 2, "ranks_per_host": 1},
+//    "transports": {"tcp":     {"latency_us": 30, "gbytes_per_s": 2.9},
+//                   "shm":     {"latency_us": 4, "gbytes_per_s": 6.5},
+//                   "network": {"latency_us": 30, "gbytes_per_s": 2.9, "cpu_ns_per_byte": 0.3}},
+//    "kernels": {"reduce_gbytes_per_s": 6.0,
+//                "codecs": {"fp16": {"encode_gbytes_per_s": 4, "decode_gbytes_per_s": 5}, ...}},
+//    "compute": {"device": "cpu", "threads": 1, "batch_per_worker": 64, "data_ms": 1.2,
+//                "forward_ms": 9.0, "backward_ms": 18.0, "optimizer_ms": 1.0,
+//                "gradients": [{"name": "fc.bias", "bytes": 40, "rows": 1, "cols": 10,
+//                               "ready_ms": 0.4}, ...]}}
+//
+// Transports: tcp and shm between ranks of one host (shm optional), network between hosts; the
+// bandwidth is that of one stream each way while the other way is busy too (what a ring step
+// sees). Kernels and codecs: per core, in bytes of f32 input. Compute: one worker alone with
+// `threads` threads; gradients in the order backward produces them, each with the time from the
+// start of backward at which it is ready.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cohort::sim {
+
+struct LinkCost {
+  double latency_s = 0;          // one message, send to arrival, beyond its bytes
+  double bytes_per_s = 0;        // one stream, each way
+  double cpu_s_per_byte = 0;     // network only: kernel work per byte, split between both ends
+};
+
+struct CodecCost {
+  double encode_bytes_per_s = 0;  // per core, f32 input bytes
+  double decode_bytes_per_s = 0;
+};
+
+struct Gradient {
+  std::string name;
+  uint64_t bytes = 0;  // f32
+  uint64_t rows = 1, cols = 0;
+  double ready_s = 0;  // from the start of backward, one worker alone
+};
+
+struct Compute {
+  bool on_device = false;  // "gpu": each rank computes on a device of its own, not the host's cores
+  int threads = 1;
+  int64_t batch_per_worker = 1;
+  double data_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
+  std::vector<Gradient> gradients;
+  uint64_t gradient_bytes() const {
+    uint64_t n = 0;
+    for (const auto& g : gradients) n += g.bytes;
+    return n;
+  }
+  double step_s() const { return data_s + forward_s + backward_s + optimizer_s; }
+};
+
+struct Profile {
+  std::string name;
+  std::vector<std::string> sources;
+  int cores = 1;           // per host
+  int ranks_per_host = 1;  // the default placement
+  LinkCost tcp;
+  std::optional<LinkCost> shm;
+  LinkCost network;
+  double reduce_bytes_per_s = 0;
+  std::map<std::string, CodecCost, std::less<>> codecs;  // fp16, bf16, int8, topk, powersgd
+  // A job's compute; absent from a profile of the machine alone (cohort calibrate without a job).
+  bool has_compute = false;
+  Compute compute;
+};
+
+// Reads and checks a profile; ConfigError "<file>:<line>:<column>: <key>: <what>" for anything
+// malformed or out of range.
+Profile read_profile(const std::string& path);
+Profile parse_profile(std::string_view json, const std::string& source);
+// The profile as JSON that parse_profile reads back (numbers in the same units as the file).
+std::string profile_json(const Profile& p);
+
+}  // namespace cohort::sim
