@@ -5,7 +5,7 @@ BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: deps configure build run test install test-asan test-asan-all test-tsan fuzz bench-training bench-compare bench-scale bench-python bench-python-elastic bench-compression bench-sync bench-recovery soak accuracy-compression bench-trace format lint clean
+.PHONY: deps configure build run test install test-asan test-asan-all test-tsan fuzz bench-training bench-compare bench-scale bench-python bench-python-elastic bench-compression bench-sync bench-recovery bench-simulate soak accuracy-compression bench-trace format lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -75,6 +75,12 @@ bench-compression: build
 # CPUs); BENCH_RATE, BENCH_WORKERS, BENCH_BATCH, BENCH_PERIOD pick others (BENCH_KEEP=1 adds them).
 bench-sync: build
 	scripts/bench-sync.sh
+
+# The simulator against this machine's measurements (1, 2, 4 workers on loopback; the emulated
+# cluster at 100 Mbit/s and 1 Gbit/s, which needs root) and against Horovod's published scaling
+# (scripts/bench-simulate.py, about 20 minutes); writes its section of BENCHMARKS.md.
+bench-simulate: build
+	/usr/bin/python3 scripts/bench-simulate.py $(BUILD)/cohort
 
 # The CNN on Fashion-MNIST with each gradient compression against uncompressed training (one
 # epoch each, about 15 minutes on 2 cores); fails if a codec misses its accuracy target.

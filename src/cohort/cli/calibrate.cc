@@ -123,47 +123,78 @@ sim::LinkCost measure_link(const sim::Profile& p, comm::Transport transport, dou
   return link;
 }
 
-// Runs the job with one worker and a timeline, and reads the compute off the timeline.
-sim::Compute measure_compute(const std::string& job_path, const train::JobConfig& job,
-                             const std::vector<std::string>& sets, int64_t steps) {
-  const fs::path dir = fs::temp_directory_path() / ("cohort-calibrate-" + std::to_string(getpid()));
-  fs::remove_all(dir);
+// Runs `copies` one-worker runs of the job at once, each with a timeline; returns their timelines.
+std::vector<json> traced_runs(const std::string& job_path, const train::JobConfig& job,
+                              const std::vector<std::string>& sets, int64_t steps, int copies) {
+  const fs::path base = fs::temp_directory_path() / ("cohort-calibrate-" + std::to_string(getpid()));
   struct Cleanup {
     fs::path d;
     ~Cleanup() {
       std::error_code ec;
       fs::remove_all(d, ec);
     }
-  } cleanup{dir};
-  std::vector<std::string> args = {"run", job_path};
-  for (const std::string& s : sets) args.insert(args.end(), {"--set", s});
+  } cleanup{base};
+  fs::remove_all(base);
+  fs::create_directories(base);
   char bucket[32];
   std::snprintf(bucket, sizeof bucket, "%g", kTinyBucketMb);
-  for (const std::string& s :
-       {std::string("workers=1"), std::string("trace.enabled=true"), "comm.bucket_mb=" + std::string(bucket),
-        "train.max_steps=" + std::to_string(steps), std::string("train.eval_every_steps=0"),
-        std::string("checkpoint.every_steps=0"), std::string("faults=[]"), std::string("sync.mode=allreduce"),
-        std::string("sync.balance=off"), std::string("comm.compression=none"), std::string("dashboard=null")}) {
-    args.insert(args.end(), {"--set", s});
+  std::cerr << "calibrate: running " << steps << " steps of " << job.name << " with one worker"
+            << (copies == 1 ? "" : ", " + std::to_string(copies) + " runs at once") << "\n";
+  std::vector<elastic::ChildProcess> children;
+  for (int k = 0; k < copies; ++k) {
+    const fs::path dir = base / ("run-" + std::to_string(k));
+    std::vector<std::string> args = {"run", job_path};
+    for (const std::string& s : sets) args.insert(args.end(), {"--set", s});
+    for (const std::string& s :
+         {std::string("workers=1"), std::string("trace.enabled=true"), "comm.bucket_mb=" + std::string(bucket),
+          "train.max_steps=" + std::to_string(steps), std::string("train.epochs=1000"),
+          std::string("train.eval_every_steps=0"), std::string("checkpoint.every_steps=0"),
+          std::string("faults=[]"), std::string("sync.mode=allreduce"), std::string("sync.balance=off"),
+          std::string("comm.compression=none"), std::string("dashboard.enabled=false"),
+          std::string("debug.bandwidth_probe_mb=0")}) {
+      args.insert(args.end(), {"--set", s});
+    }
+    args.insert(args.end(), {"--run-dir", dir.string()});
+    const std::string log = (base / ("run-" + std::to_string(k) + ".out")).string();
+    children.push_back(elastic::ChildProcess::spawn(
+        {.executable = elastic::self_executable(), .args = args, .stdout_path = log, .stderr_path = log}));
   }
-  args.insert(args.end(), {"--run-dir", dir.string()});
-  std::cerr << "calibrate: running " << steps << " steps of " << job.name << " with one worker\n";
-  auto child = elastic::ChildProcess::spawn(
-      {.executable = elastic::self_executable(), .args = args, .stdout_path = (dir.string() + ".out"),
-       .stderr_path = (dir.string() + ".out")});
-  const auto status = child.wait_for(std::chrono::hours(2));
-  const std::string output = fs::exists(dir.string() + ".out") ? read_file(dir.string() + ".out") : "";
-  fs::remove(dir.string() + ".out");
-  if (!status || !status->ok()) {
-    throw Error("calibrate: the run of " + job_path + " " +
-                (status ? status->describe() : std::string("did not end")) + ":\n" + output);
+  std::vector<json> traces;
+  for (int k = 0; k < copies; ++k) {
+    const auto status = children[static_cast<size_t>(k)].wait_for(std::chrono::hours(2));
+    const fs::path log = base / ("run-" + std::to_string(k) + ".out");
+    if (!status || !status->ok()) {
+      throw Error("calibrate: the run of " + job_path + " " +
+                  (status ? status->describe() : std::string("did not end")) + ":\n" +
+                  (fs::exists(log) ? read_file(log) : std::string()));
+    }
+    const fs::path trace = base / ("run-" + std::to_string(k)) / "trace" / "rank-0.json";
+    if (!fs::exists(trace)) throw Error("calibrate: the run left no timeline at " + trace.string());
+    traces.push_back(json::parse(read_file(trace)));
   }
-  const fs::path trace = dir / "trace" / "rank-0.json";
-  if (!fs::exists(trace)) throw Error("calibrate: the run left no timeline at " + trace.string());
-  sim::Compute c = sim::compute_from_trace(json::parse(read_file(trace)), gradients_of(job), kTinyBucketMb,
-                                           std::min<int64_t>(5, steps / 4));
+  return traces;
+}
+
+// One worker's compute from a run alone, and how it slows when the host's cores are all busy.
+sim::Compute measure_compute(const std::string& job_path, const train::JobConfig& job,
+                             const std::vector<std::string>& sets, int64_t steps, int cores) {
+  const int64_t skip = std::min<int64_t>(5, steps / 4);
+  const json alone = traced_runs(job_path, job, sets, steps, 1).front();
+  sim::Compute c = sim::compute_from_trace(alone, gradients_of(job), kTinyBucketMb, skip);
   c.threads = static_cast<int>(job.threads_per_worker);
   c.batch_per_worker = job.train.batch_size;
+  // As many lone workers at once as the cores hold: what sharing memory and caches costs compute,
+  // without any communication in the way.
+  const int full = cores / c.threads;
+  if (full >= 2) {
+    auto compute = [&](const json& t) {
+      return sim::phase_median_s(t, "forward", skip) + sim::phase_median_s(t, "backward", skip);
+    };
+    std::vector<double> ratios;
+    for (const json& t : traced_runs(job_path, job, sets, steps, full)) ratios.push_back(compute(t) / compute(alone));
+    std::sort(ratios.begin(), ratios.end());
+    c.shared_slowdown = std::max(1.0, ratios[ratios.size() / 2]);
+  }
   return c;
 }
 
@@ -212,7 +243,7 @@ int calibrate_main(int argc, char** argv) {
   p.codecs = sim::measure_codecs(job ? static_cast<int>(job->comm.topk_ratio * 1000) : 10,
                                  job ? static_cast<int>(job->comm.powersgd_rank) : 4);
   if (job) {
-    p.compute = measure_compute(args.positionals()[0], *job, args.all("set"), steps);
+    p.compute = measure_compute(args.positionals()[0], *job, args.all("set"), steps, p.cores);
     p.has_compute = true;
     p.ranks_per_host = std::max(1, p.cores / p.compute.threads);
   }
@@ -240,10 +271,10 @@ int calibrate_main(int argc, char** argv) {
     const sim::Compute& c = p.compute;
     std::snprintf(line, sizeof line,
                   "compute of one worker (%d thread%s, batch %lld): data %.2f ms, forward %.2f ms, backward "
-                  "%.2f ms (%zu gradients, %.2f MB), optimizer %.2f ms\n",
+                  "%.2f ms (%zu gradients, %.2f MB), optimizer %.2f ms; %.2fx with every core busy\n",
                   c.threads, c.threads == 1 ? "" : "s", static_cast<long long>(c.batch_per_worker), c.data_s * 1e3,
                   c.forward_s * 1e3, c.backward_s * 1e3, c.gradients.size(), c.gradient_bytes() / 1e6,
-                  c.optimizer_s * 1e3);
+                  c.optimizer_s * 1e3, c.shared_slowdown);
     std::cout << line;
   }
   std::cout << "profile: " << out << "\n";

@@ -131,6 +131,7 @@ Compute compute_from_trace(const nlohmann::json& trace, std::vector<Gradient> gr
     double backward_start = 0;
   };
   std::map<int64_t, StepSpans> steps;
+  std::map<int64_t, double> data_start;
   struct Instant {
     double ts;
     size_t bucket;
@@ -144,7 +145,10 @@ Compute compute_from_trace(const nlohmann::json& trace, std::vector<Gradient> gr
       const int64_t step = e["args"]["step"].get<int64_t>();
       const double dur = e.value("dur", 0.0) * 1e-6;
       StepSpans& s = steps[step];
-      if (name == "data") s.data = dur;
+      if (name == "data") {
+        s.data = dur;
+        data_start[step] = e.value("ts", 0.0) * 1e-6;
+      }
       if (name == "forward") s.forward = dur;
       if (name == "optimizer") s.optimizer = dur;
       if (name == "backward") {
@@ -176,6 +180,18 @@ Compute compute_from_trace(const nlohmann::json& trace, std::vector<Gradient> gr
   c.forward_s = median(forward);
   c.backward_s = median(backward);
   c.optimizer_s = median(optimizer);
+  // The phases' medians need not add up to the median step: what the loop does between the
+  // optimizer and the next batch (reporting, the step log) counts with the optimizer.
+  std::vector<double> periods;
+  for (auto it = data_start.begin(); it != data_start.end(); ++it) {
+    auto next = std::next(it);
+    if (next != data_start.end() && it->first > skip && next->first == it->first + 1) {
+      periods.push_back(next->second - it->second);
+    }
+  }
+  if (periods.size() >= 3) {
+    c.optimizer_s = std::max(c.optimizer_s, median(periods) - c.data_s - c.forward_s - c.backward_s);
+  }
 
   Compute shapes;
   shapes.gradients = gradients;
@@ -209,6 +225,20 @@ Compute compute_from_trace(const nlohmann::json& trace, std::vector<Gradient> gr
   }
   c.gradients = std::move(gradients);
   return c;
+}
+
+double phase_median_s(const nlohmann::json& trace, const std::string& phase, int64_t skip) {
+  std::vector<double> d;
+  if (trace.contains("traceEvents") && trace["traceEvents"].is_array()) {
+    for (const auto& e : trace["traceEvents"]) {
+      if (e.value("ph", "") == "X" && e.value("name", "") == phase && e.contains("args") &&
+          e["args"].value("step", int64_t{0}) > skip) {
+        d.push_back(e.value("dur", 0.0) * 1e-6);
+      }
+    }
+  }
+  if (d.size() < 3) throw Error("calibration: the trace holds too few " + phase + " phases");
+  return median(d);
 }
 
 }  // namespace cohort::sim

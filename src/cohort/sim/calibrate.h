@@ -40,4 +40,7 @@ std::map<std::string, CodecCost, std::less<>> measure_codecs(int topk_ratio_perm
 Compute compute_from_trace(const nlohmann::json& trace, std::vector<Gradient> gradients,
                            double bucket_mb, int64_t skip);
 
+// The median duration of `phase` ("forward", ...) over the trace's steps after `skip`.
+double phase_median_s(const nlohmann::json& trace, const std::string& phase, int64_t skip);
+
 }  // namespace cohort::sim

@@ -59,7 +59,8 @@ double closed_form_step_s(const Profile& p, const Layout& l, const Choice& choic
   const int n = l.workers, hosts = l.hosts(), local = std::min(l.ranks_per_host, n);
   const int sharing = l.one_machine ? n : local;
   const double slow =
-      c.on_device ? 1.0 : std::max(1.0, static_cast<double>(sharing) * c.threads / p.cores);
+      (c.on_device ? 1.0 : std::max(1.0, static_cast<double>(sharing) * c.threads / p.cores)) *
+      compute_slowdown(p, l);
   const LinkCost& within = (choice.transport != comm::Transport::Tcp && p.shm) ? *p.shm : p.tcp;
   LinkCost across = p.network;
   if (l.link_bytes_per_s) across.bytes_per_s = *l.link_bytes_per_s;

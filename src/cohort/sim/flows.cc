@@ -1,6 +1,7 @@
 #include "cohort/sim/flows.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "cohort/base/error.h"
@@ -34,6 +35,7 @@ FlowNet::Id FlowNet::start(double now, double amount, double cap, const std::vec
   f.uses = uses;
   f.tag = tag;
   f.running = true;
+  f.due = false;
   for (const Use& u : uses) resources_[u.resource].flows.push_back(id);
   ++running_;
   refill(now_, f.uses);
@@ -64,6 +66,7 @@ uint64_t FlowNet::finish_next() {
   Flow& f = flows_[d.id];
   settle(f, now_);
   f.running = false;
+  f.due = false;
   ++f.version;
   for (const Use& u : f.uses) {
     auto& v = resources_[u.resource].flows;
@@ -93,7 +96,8 @@ void FlowNet::settle(Flow& f, double now) {
 void FlowNet::schedule(Id id) {
   Flow& f = flows_[id];
   ++f.version;
-  if (f.rate <= 0) return;  // starved until a resource it uses frees up
+  f.due = f.rate > 0;
+  if (!f.due) return;  // starved until a resource it uses frees up
   due_.push(Due{.at = now_ + f.remaining / f.rate, .id = id, .version = f.version});
 }
 
@@ -112,15 +116,10 @@ void FlowNet::refill(double now, const std::vector<Use>& touched) {
   for (Id id : affected_) settle(flows_[id], now);
 
   // Every resource the affected flows use, with what the other flows leave of it.
-  struct Local {
-    uint32_t resource;
-    double avail;
-    double demand;  // sum over unfrozen flows of coef * cap
-  };
-  std::vector<Local> local;
+  local_.clear();
   auto index_of = [&](uint32_t r) {
-    for (size_t i = 0; i < local.size(); ++i) {
-      if (local[i].resource == r) return i;
+    for (size_t i = 0; i < local_.size(); ++i) {
+      if (local_[i].resource == r) return i;
     }
     double others = 0;
     for (Id g : resources_[r].flows) {
@@ -129,57 +128,51 @@ void FlowNet::refill(double now, const std::vector<Use>& touched) {
         if (u.resource == r) others += flows_[g].rate * u.coef;
       }
     }
-    local.push_back(Local{.resource = r, .avail = std::max(0.0, resources_[r].capacity - others),
-                          .demand = 0});
-    return local.size() - 1;
+    local_.push_back(Local{.resource = r, .avail = std::max(0.0, resources_[r].capacity - others),
+                           .demand = 0});
+    return local_.size() - 1;
   };
-  struct Filling {
-    Id id;
-    double weight = 1;  // rate per unit of the fill level
-    double rate = 0;
-    bool frozen = false;
-    std::vector<size_t> at;  // local index of each use
-  };
-  std::vector<Filling> fill;
-  fill.reserve(affected_.size());
+  fill_.clear();
+  at_.clear();
   for (Id id : affected_) {
     const Flow& f = flows_[id];
-    Filling fl{.id = id};
+    Filling fl{.id = id, .first = at_.size()};
     double coef = 0;
     for (const Use& u : f.uses) {
-      fl.at.push_back(index_of(u.resource));
+      at_.push_back(index_of(u.resource));
       coef = std::max(coef, u.coef);
     }
     fl.weight = coef > 0 ? 1 / coef : f.cap;
-    fill.push_back(std::move(fl));
+    fill_.push_back(fl);
   }
 
   // Progressive filling: raise the level until a resource fills or a flow reaches its cap.
-  size_t unfrozen = fill.size();
+  size_t unfrozen = fill_.size();
   while (unfrozen > 0) {
-    for (Local& l : local) l.demand = 0;
-    for (const Filling& fl : fill) {
+    for (Local& l : local_) l.demand = 0;
+    for (const Filling& fl : fill_) {
       if (fl.frozen) continue;
       const Flow& f = flows_[fl.id];
-      for (size_t k = 0; k < fl.at.size(); ++k) local[fl.at[k]].demand += f.uses[k].coef * fl.weight;
+      for (size_t k = 0; k < f.uses.size(); ++k) local_[at_[fl.first + k]].demand += f.uses[k].coef * fl.weight;
     }
     double step = std::numeric_limits<double>::infinity();
-    for (const Local& l : local) {
+    for (const Local& l : local_) {
       if (l.demand > 0) step = std::min(step, l.avail / l.demand);
     }
-    for (const Filling& fl : fill) {
+    for (const Filling& fl : fill_) {
       if (!fl.frozen) step = std::min(step, (flows_[fl.id].cap - fl.rate) / fl.weight);
     }
     step = std::max(step, 0.0);
-    for (Filling& fl : fill) {
+    for (Filling& fl : fill_) {
       if (!fl.frozen) fl.rate += step * fl.weight;
     }
-    for (Local& l : local) l.avail -= step * l.demand;
-    for (Filling& fl : fill) {
+    for (Local& l : local_) l.avail -= step * l.demand;
+    for (Filling& fl : fill_) {
       if (fl.frozen) continue;
-      bool stop = fl.rate >= flows_[fl.id].cap * (1 - 1e-12);
-      for (size_t k : fl.at) {
-        const Local& l = local[k];
+      const Flow& f = flows_[fl.id];
+      bool stop = fl.rate >= f.cap * (1 - 1e-12);
+      for (size_t k = 0; k < f.uses.size(); ++k) {
+        const Local& l = local_[at_[fl.first + k]];
         if (l.demand > 0 && l.avail <= 1e-12 * resources_[l.resource].capacity) stop = true;
       }
       if (stop) {
@@ -188,9 +181,12 @@ void FlowNet::refill(double now, const std::vector<Use>& touched) {
       }
     }
   }
-  for (const Filling& fl : fill) {
+  for (const Filling& fl : fill_) {
     Flow& f = flows_[fl.id];
-    f.rate = std::min(fl.rate, f.cap);
+    const double rate = std::min(fl.rate, f.cap);
+    // An unchanged rate keeps its finish time: its event stands.
+    if (f.due && std::abs(rate - f.rate) <= 1e-12 * f.cap) continue;
+    f.rate = rate;
     schedule(fl.id);
   }
 }

@@ -64,6 +64,7 @@ class FlowNet {
     uint64_t tag = 0;
     uint32_t version = 0;
     bool running = false;
+    bool due = false;  // an event of this version is queued
   };
   struct Due {
     double at;
@@ -82,7 +83,22 @@ class FlowNet {
   std::priority_queue<Due, std::vector<Due>, std::greater<>> due_;
   size_t running_ = 0;
   double now_ = 0;
-  // Scratch of refill().
+  // Scratch of refill(), kept to spare allocations.
+  struct Local {
+    uint32_t resource;
+    double avail;
+    double demand;  // sum over unfrozen flows of coef * weight
+  };
+  struct Filling {
+    Id id;
+    size_t first = 0;   // its uses' local indices: at_[first ...]
+    double weight = 1;  // rate per unit of the fill level
+    double rate = 0;
+    bool frozen = false;
+  };
+  std::vector<Local> local_;
+  std::vector<Filling> fill_;
+  std::vector<size_t> at_;
   std::vector<Id> affected_;
   std::vector<uint32_t> stamp_;
   uint32_t epoch_ = 0;

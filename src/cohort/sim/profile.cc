@@ -33,7 +33,7 @@ const Schema& schema() {
       {"kernels.codecs.powersgd", {"encode_gbytes_per_s", "decode_gbytes_per_s"}},
       {"compute",
        {"device", "threads", "batch_per_worker", "data_ms", "forward_ms", "backward_ms",
-        "optimizer_ms", "gradients"}},
+        "optimizer_ms", "shared_slowdown", "gradients"}},
       {"compute.gradients", {"name", "bytes", "rows", "cols", "ready_ms"}},
   };
   return s;
@@ -93,6 +93,7 @@ void read_compute(const Reader& r, const YAML::Node& root, Compute& c) {
   c.forward_s = r.number(m, "compute.forward_ms", 0, false) * 1e-3;
   c.backward_s = r.number(m, "compute.backward_ms", 0, true) * 1e-3;
   c.optimizer_s = r.number(m, "compute.optimizer_ms", 0, false, kInf, 0) * 1e-3;
+  c.shared_slowdown = r.number(m, "compute.shared_slowdown", 1, false, 100, 1);
   YAML::Node list = YamlReader::child(m, "compute.gradients");
   if (!list.IsDefined()) r.yaml().fail("compute.gradients", m, "is missing");
   if (!list.IsSequence() || list.size() == 0) {
@@ -223,6 +224,7 @@ std::string profile_json(const Profile& p) {
               {"forward_ms", figure(c.forward_s * 1e3)},
               {"backward_ms", figure(c.backward_s * 1e3)},
               {"optimizer_ms", figure(c.optimizer_s * 1e3)},
+              {"shared_slowdown", figure(c.shared_slowdown)},
               {"gradients", grads}};
   return j.dump(2) + "\n";
 }

@@ -10,7 +10,7 @@
 //    "kernels": {"reduce_gbytes_per_s": 6.0,
 //                "codecs": {"fp16": {"encode_gbytes_per_s": 4, "decode_gbytes_per_s": 5}, ...}},
 //    "compute": {"device": "cpu", "threads": 1, "batch_per_worker": 64, "data_ms": 1.2,
-//                "forward_ms": 9.0, "backward_ms": 18.0, "optimizer_ms": 1.0,
+//                "forward_ms": 9.0, "backward_ms": 18.0, "optimizer_ms": 1.0, "shared_slowdown": 1.1,
 //                "gradients": [{"name": "fc.bias", "bytes": 40, "rows": 1, "cols": 10,
 //                               "ready_ms": 0.4}, ...]}}
 //
@@ -53,6 +53,10 @@ struct Compute {
   int threads = 1;
   int64_t batch_per_worker = 1;
   double data_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
+  // How much longer the compute takes when every core of the host runs a worker's threads (they
+  // share memory bandwidth and caches) than alone: forward's time with cores / threads workers
+  // over its time with one. Ranks that keep fewer of the other cores busy pay in proportion.
+  double shared_slowdown = 1;
   std::vector<Gradient> gradients;
   uint64_t gradient_bytes() const {
     uint64_t n = 0;

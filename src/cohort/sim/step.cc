@@ -43,7 +43,19 @@ struct Fabric {
   LinkCost local;                 // between ranks of one host
   LinkCost network;               // between hosts (the link's capacity: network.bytes_per_s)
   int threads = 1;
+  double slowdown = 1;            // of compute, for the cores the host's workers keep busy
 };
+
+}  // namespace
+
+double compute_slowdown(const Profile& p, const Layout& l) {
+  if (p.compute.on_device || p.cores < 2 || p.compute.shared_slowdown <= 1) return 1;
+  const int ranks = l.one_machine ? l.workers : std::min(l.ranks_per_host, l.workers);
+  const double busy = std::min<double>(p.cores, static_cast<double>(ranks) * p.compute.threads);
+  return 1 + (p.compute.shared_slowdown - 1) * std::max(0.0, busy - 1) / (p.cores - 1);
+}
+
+namespace {
 
 class Engine {
  public:
@@ -51,6 +63,7 @@ class Engine {
       : prog_(prog), host_of_(hosts_of(l)), ranks_(host_of_.size()) {
     fab_.on_device = p.compute.on_device;
     fab_.threads = p.compute.threads;
+    fab_.slowdown = compute_slowdown(p, l);
     if (c.transport == comm::Transport::Shm && !p.shm) {
       throw Error("profile " + p.name + " has no shared-memory transport (transports.shm)");
     }
@@ -170,7 +183,7 @@ class Engine {
       switch (a.kind) {
         case Action::Kind::Compute:
           s.task_start = now_;
-          work(r, a.seconds, fab_.threads, Tag::Train);
+          work(r, a.seconds * fab_.slowdown, fab_.threads, Tag::Train);
           return;
         case Action::Kind::Codec:
           s.task_start = now_;

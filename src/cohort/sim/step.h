@@ -71,6 +71,10 @@ struct Prediction {
 // schedule that would deadlock).
 Prediction simulate(const Profile& profile, const Layout& layout, const Choice& choice);
 
+// What the compute of one rank takes over its time alone, for the cores its host's workers keep
+// busy (Compute::shared_slowdown, in proportion to the other cores in use).
+double compute_slowdown(const Profile& profile, const Layout& layout);
+
 // DDP's buckets for `bucket_mb`: indices into profile.compute.gradients, in launch order.
 std::vector<std::vector<size_t>> buckets_of(const Compute& compute, double bucket_mb);
 
