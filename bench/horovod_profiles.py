@@ -375,7 +375,7 @@ def build_profile(key, title, layers, arch_source, arch_notes):
         "15.75 GB/s theoretical per direction; NCCL's measured bus bandwidth over PCIe within a server "
         "is about 10 GB/s - assumption: 10 GB/s, latency 10 us.",
         "Network between servers: 25 Gbit/s RoCE = 3.125 GB/s per direction, one stream can fill it; "
-        "NCCL over RoCE (GPUDirect/RDMA, no host copy) so cpu_ns_per_byte = 0. Assumption: latency 10 us "
+        "NCCL over RoCE (GPUDirect/RDMA, no host copy). Assumption: latency 10 us "
         "for NCCL over RoCE.",
         "Note (not added to latency): Horovod's background thread negotiates and launches collectives "
         "once per cycle of 5 ms - hard-coded sleep_for(milliseconds(5)) in horovod/tensorflow/mpi_ops.cc "
@@ -395,8 +395,7 @@ def build_profile(key, title, layers, arch_source, arch_notes):
         "transports": {
             "tcp": {"latency_us": PCIE_LATENCY_US, "gbytes_per_s": PCIE_GBYTES_PER_S},
             "shm": {"latency_us": PCIE_LATENCY_US, "gbytes_per_s": PCIE_GBYTES_PER_S},
-            "network": {"latency_us": NET_LATENCY_US, "gbytes_per_s": NET_GBYTES_PER_S,
-                        "cpu_ns_per_byte": 0},
+            "network": {"latency_us": NET_LATENCY_US, "gbytes_per_s": NET_GBYTES_PER_S},
         },
         "kernels": {"reduce_gbytes_per_s": r6(HBM2_GBYTES_PER_S / REDUCE_BYTES_MOVED_PER_OUT)},
         "compute": {

@@ -35,8 +35,9 @@ from report_text import write_section  # noqa: E402
 
 BEGIN, END = "<!-- simulate:begin -->", "<!-- simulate:end -->"
 STEPS = int(os.environ.get("BENCH_STEPS", "60"))
-PARTS = os.environ.get("BENCH_PARTS", "loopback cluster horovod").split()
+PARTS = os.environ.get("BENCH_PARTS", "loopback cluster horovod repeat").split()
 SKIP = 10
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
 NC = os.path.join(ROOT, "scripts", "netcluster.sh")
 MODELS = {"mlp": "examples/fashion-mlp.yaml", "cnn": "examples/fashion-cnn.yaml",
           "resnet": "examples/synthetic-resnet.yaml"}
@@ -89,24 +90,53 @@ def calibrate(cohort, job, out_dir, name, sets=()):
 
 
 def loopback(cohort, out_dir, rows):
-    for model, job in MODELS.items():
-        job = os.path.join(ROOT, job)
-        profile = calibrate(cohort, job, out_dir, model, ["threads_per_worker=1"])
-        for n in (1, 2, 4):
-            load, quiet = wait_quiet(f"{model} {n}")
-            run = os.path.join(out_dir, f"{model}-{n}")
-            subprocess.run(["rm", "-rf", run])
-            subprocess.run([cohort, "run", job, "--run-dir", run, "--set", f"workers={n}",
-                            "--set", f"train.max_steps={STEPS}"] + COMMON,
-                           check=True, capture_output=True, text=True)
-            measured = period_s(run)
-            pred = simulate(cohort, job, profile, n, ["threads_per_worker=1"],
-                            ["--ranks-per-host", str(n)])
-            rows.append({"part": "loopback", "model": model, "workers": n, "hosts": 1, "rate": "",
-                         "config": "auto, 25 MiB, none", "measured_s": measured,
-                         "predicted_s": pred["step_s"], "closed_form_s": pred["closed_form_step_s"],
-                         "load": load, "quiet": quiet})
-            print(json.dumps(rows[-1]), flush=True)
+    """ROUNDS rounds, each calibrating the model again before its runs (this machine's speed
+    drifts by several percent over minutes); each row is the median over rounds of the measured
+    and of the simulated time, with the measured range."""
+    got = {}
+    for rnd in range(ROUNDS):
+        for model, job in MODELS.items():
+            job = os.path.join(ROOT, job)
+            profile = calibrate(cohort, job, out_dir, model, ["threads_per_worker=1"])
+            for n in (1, 2, 4):
+                load, quiet = wait_quiet(f"{model} {n} round {rnd + 1}")
+                run = os.path.join(out_dir, f"{model}-{n}")
+                subprocess.run(["rm", "-rf", run])
+                subprocess.run([cohort, "run", job, "--run-dir", run, "--set", f"workers={n}",
+                                "--set", f"train.max_steps={STEPS}"] + COMMON,
+                               check=True, capture_output=True, text=True)
+                pred = simulate(cohort, job, profile, n, ["threads_per_worker=1"], ["--ranks-per-host", str(n)])
+                g = got.setdefault((model, n), {"measured": [], "predicted": [], "closed": [], "load": [], "quiet": True})
+                g["measured"].append(period_s(run))
+                g["predicted"].append(pred["step_s"])
+                g["closed"].append(pred["closed_form_step_s"])
+                g["load"].append(load)
+                g["quiet"] &= quiet
+                print(model, n, "round", rnd + 1, g["measured"][-1], g["predicted"][-1], flush=True)
+    for (model, n), g in got.items():
+        rows.append({"part": "loopback", "model": model, "workers": n, "hosts": 1, "rate": "",
+                     "config": "auto, 25 MiB, none", "measured_s": statistics.median(g["measured"]),
+                     "measured_range": [min(g["measured"]), max(g["measured"])],
+                     "predicted_s": statistics.median(g["predicted"]),
+                     "predicted_range": [min(g["predicted"]), max(g["predicted"])],
+                     "closed_form_s": statistics.median(g["closed"]), "load": max(g["load"]), "quiet": g["quiet"]})
+
+
+def repeatability(cohort, out_dir):
+    """Two calibrations of the cnn one after the other: the spread of every figure."""
+    figures = []
+    for k in (1, 2):
+        path = calibrate(cohort, os.path.join(ROOT, MODELS["cnn"]), out_dir, f"cnn-repeat-{k}", ["threads_per_worker=1"])
+        p = json.load(open(path))
+        t, c = p["transports"], p["compute"]
+        figures.append({"tcp latency us": t["tcp"]["latency_us"], "tcp GB/s": t["tcp"]["gbytes_per_s"],
+                        "shm latency us": t["shm"]["latency_us"], "shm GB/s": t["shm"]["gbytes_per_s"],
+                        "reduce GB/s": p["kernels"]["reduce_gbytes_per_s"],
+                        "fp16 encode GB/s": p["kernels"]["codecs"]["fp16"]["encode_gbytes_per_s"],
+                        "powersgd encode GB/s": p["kernels"]["codecs"]["powersgd"]["encode_gbytes_per_s"],
+                        "forward ms": c["forward_ms"], "backward ms": c["backward_ms"],
+                        "optimizer ms": c["optimizer_ms"], "shared slowdown": c["shared_slowdown"]})
+    return figures
 
 
 def cluster_run(cohort, cluster, job, run, hosts, per_host, sets):
@@ -155,7 +185,9 @@ def emulated(cohort, out_dir, rows):
             load, quiet = wait_quiet(label)
             run = os.path.join(out_dir, label.replace(" ", "-"))
             subprocess.run(["rm", "-rf", run])
-            sets = [f"comm.compression={codec}", f"comm.algorithm={algo}", "comm.powersgd.warmup_steps=0"]
+            sets = [f"comm.compression={codec}", f"comm.algorithm={algo}"]
+            if codec == "powersgd":
+                sets.append("comm.powersgd.warmup_steps=0")  # the steady state, as simulated
             cluster_run(cohort, cluster, job, run, hosts, per_host, sets)
             measured = period_s(run)
         finally:
@@ -233,13 +265,14 @@ PUBLISHED = {"inception3": {128: 0.90, 512: 0.90}, "resnet101": {128: 0.90, 512:
              "vgg16": {128: 0.79, 512: 0.68}}
 
 
-def report(rows, hvd, output, started):
+def report(rows, hvd, repeat, output, started):
     efficiency_rows(rows)
     lines = [BEGIN, "## The simulator against measurements", "",
              f"`make bench-simulate` (scripts/bench-simulate.py), {started}, this machine "
              f"({os.cpu_count()} CPUs). Each row: the job run for real ({STEPS} steps; step time = the slowest "
              "rank's median time between steps after the first 10) and `cohort simulate --only-job` with the "
-             "profile `cohort calibrate` measured for the model on this machine the same day. Target: step time "
+             "profile `cohort calibrate` measured for the model on this machine just before; loopback rows are "
+             f"the median of {ROUNDS} rounds, each calibrating again, with the rounds' range in brackets. Target: step time "
              "within 10% and scaling efficiency within 5 points on every row. Rows whose machine was busy "
              "(1-minute load average >= 1.0 when they started) are marked and not judged.", "",
              "| part | model | workers | hosts | link | configuration | measured ms | simulated ms | error | "
@@ -257,10 +290,19 @@ def report(rows, hvd, output, started):
         if r["quiet"]:
             judged += 1
             missed += not ok
+        rng = lambda k: (f" ({r[k][0] * 1e3:.1f}–{r[k][1] * 1e3:.1f})" if k in r else "")
         lines.append(f"| {r['part']} | {r['model']} | {r['workers']} | {r['hosts']} | {r['rate'] or 'loopback'} | "
-                     f"{r['config']} | {r['measured_s'] * 1e3:.1f} | {r['predicted_s'] * 1e3:.1f} | {e * 100:+.1f}% | "
+                     f"{r['config']} | {r['measured_s'] * 1e3:.1f}{rng('measured_range')} | "
+                     f"{r['predicted_s'] * 1e3:.1f}{rng('predicted_range')} | {e * 100:+.1f}% | "
                      f"{r['closed_form_s'] * 1e3:.1f} | {eff} | {verdict} |")
     lines += ["", f"{judged - missed} of {judged} judged rows within the target."]
+    if len(repeat) == 2:
+        a, b = repeat
+        lines += ["", "Repeatability of `cohort calibrate` (the cnn, twice in a row, the same build):", "",
+                  "| figure | first | second | spread |", "|---|---:|---:|---:|"]
+        for k in a:
+            spread = abs(a[k] - b[k]) / max(abs(a[k]), abs(b[k]), 1e-12) * 100
+            lines.append(f"| {k} | {a[k]:.3g} | {b[k]:.3g} | {spread:.0f}% |")
     if hvd:
         line = 3.125
         lines += ["", "### Horovod's published scaling, predicted from public figures", "",
@@ -306,22 +348,36 @@ def main(argv):
     output = os.environ.get("BENCH_OUTPUT", os.path.join(ROOT, "BENCHMARKS.md"))
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     results = os.path.join(out_dir, "results.json")
-    rows, hvd = [], []
+    # Parts not run again keep their last results (BENCH_PARTS picks the parts to run).
+    saved = json.load(open(results)) if os.path.exists(results) else {"rows": [], "horovod": [], "started": started}
+    rows = [r for r in saved["rows"] if r["part"] not in PARTS]
+    hvd = saved["horovod"] if "horovod" not in PARTS else []
+
+    repeat = saved.get("repeat", [])
+
+    def save():
+        json.dump({"rows": rows, "horovod": hvd, "started": started, "repeat": saved.get("repeat", [])},
+                  open(results, "w"), indent=1)
+
     if os.environ.get("BENCH_REPORT_ONLY") == "1":
-        saved = json.load(open(results))
         rows, hvd, started = saved["rows"], saved["horovod"], saved["started"]
     else:
         if "loopback" in PARTS:
             loopback(cohort, out_dir, rows)
+            save()
         if "cluster" in PARTS:
             if os.geteuid() != 0:
                 print("bench-simulate: the emulated cluster needs root; skipped", file=sys.stderr)
             else:
                 emulated(cohort, out_dir, rows)
+                save()
         if "horovod" in PARTS:
             hvd = horovod(cohort, out_dir)
-        json.dump({"rows": rows, "horovod": hvd, "started": started}, open(results, "w"), indent=1)
-    report(rows, hvd, output, started)
+            save()
+        if "repeat" in PARTS:
+            saved["repeat"] = repeat = repeatability(cohort, out_dir)
+            save()
+    report(rows, hvd, saved.get("repeat", []), output, started)
 
 
 if __name__ == "__main__":

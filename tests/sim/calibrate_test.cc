@@ -100,6 +100,11 @@ TEST(Calibrate, ComputeSlowsWithTheCoresInUse) {
   EXPECT_DOUBLE_EQ(compute_slowdown(p, {.workers = 1}), 1.0);
   EXPECT_NEAR(compute_slowdown(p, {.workers = 4, .ranks_per_host = 4}), 1.3, 1e-12);
   EXPECT_NEAR(compute_slowdown(p, {.workers = 8, .ranks_per_host = 8}), 1.3, 1e-12);  // no more than all
+  p.compute.oversubscribed_slowdown = 1.2;
+  EXPECT_NEAR(compute_slowdown(p, {.workers = 4, .ranks_per_host = 4}), 1.3, 1e-12);  // one per core
+  EXPECT_NEAR(compute_slowdown(p, {.workers = 6, .ranks_per_host = 6}), 1.3 * 1.1, 1e-12);
+  EXPECT_NEAR(compute_slowdown(p, {.workers = 8, .ranks_per_host = 8}), 1.3 * 1.2, 1e-12);
+  EXPECT_NEAR(compute_slowdown(p, {.workers = 16, .ranks_per_host = 16}), 1.3 * 1.2, 1e-12);
   EXPECT_NEAR(compute_slowdown(p, {.workers = 2, .ranks_per_host = 2}), 1.1, 1e-12);  // 1 of 3 others
   EXPECT_NEAR(compute_slowdown(p, {.workers = 4, .ranks_per_host = 1, .one_machine = true}), 1.3, 1e-12);
   p.compute.on_device = true;

@@ -18,7 +18,7 @@ const char* kProfile = R"({
   "transports": {
     "tcp": {"latency_us": 30, "gbytes_per_s": 2.5},
     "shm": {"latency_us": 4, "gbytes_per_s": 6},
-    "network": {"latency_us": 50, "gbytes_per_s": 1.25, "cpu_ns_per_byte": 0.4}
+    "network": {"latency_us": 50, "gbytes_per_s": 1.25}
   },
   "kernels": {"reduce_gbytes_per_s": 5, "codecs": {"fp16": {"encode_gbytes_per_s": 3, "decode_gbytes_per_s": 4}}},
   "compute": {
@@ -56,7 +56,7 @@ TEST(Profile, ReadsEveryFigureInItsUnit) {
   EXPECT_DOUBLE_EQ(p.tcp.bytes_per_s, 2.5e9);
   ASSERT_TRUE(p.shm);
   EXPECT_DOUBLE_EQ(p.shm->bytes_per_s, 6e9);
-  EXPECT_DOUBLE_EQ(p.network.cpu_s_per_byte, 0.4e-9);
+  EXPECT_DOUBLE_EQ(p.network.bytes_per_s, 1.25e9);
   EXPECT_DOUBLE_EQ(p.reduce_bytes_per_s, 5e9);
   EXPECT_DOUBLE_EQ(p.codecs.at("fp16").decode_bytes_per_s, 4e9);
   EXPECT_DOUBLE_EQ(p.compute.backward_s, 0.020);

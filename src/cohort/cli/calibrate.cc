@@ -190,10 +190,17 @@ sim::Compute measure_compute(const std::string& job_path, const train::JobConfig
     auto compute = [&](const json& t) {
       return sim::phase_median_s(t, "forward", skip) + sim::phase_median_s(t, "backward", skip);
     };
-    std::vector<double> ratios;
-    for (const json& t : traced_runs(job_path, job, sets, steps, full)) ratios.push_back(compute(t) / compute(alone));
-    std::sort(ratios.begin(), ratios.end());
-    c.shared_slowdown = std::max(1.0, ratios[ratios.size() / 2]);
+    auto median_ratio = [&](int copies, double fair) {
+      std::vector<double> ratios;
+      for (const json& t : traced_runs(job_path, job, sets, steps, copies)) {
+        ratios.push_back(compute(t) / compute(alone) / fair);
+      }
+      std::sort(ratios.begin(), ratios.end());
+      return std::max(1.0, ratios[ratios.size() / 2]);
+    };
+    c.shared_slowdown = median_ratio(full, 1);
+    // Twice as many: each has half a core, so twice as long is the fair share.
+    c.oversubscribed_slowdown = std::max(1.0, median_ratio(2 * full, 2) / c.shared_slowdown);
   }
   return c;
 }
@@ -236,10 +243,8 @@ int calibrate_main(int argc, char** argv) {
     std::cerr << " [no shared memory here: " << e.what() << "]";
   }
   std::cerr << ")\n";
-  // Between hosts this machine has only loopback: the network is TCP's figures, its kernel work
-  // per byte what one stream at full speed costs the two cores at its ends.
+  // Between hosts this machine has only loopback: the network is TCP's figures.
   p.network = p.tcp;
-  p.network.cpu_s_per_byte = 1 / p.tcp.bytes_per_s;
   p.codecs = sim::measure_codecs(job ? static_cast<int>(job->comm.topk_ratio * 1000) : 10,
                                  job ? static_cast<int>(job->comm.powersgd_rank) : 4);
   if (job) {
@@ -271,10 +276,11 @@ int calibrate_main(int argc, char** argv) {
     const sim::Compute& c = p.compute;
     std::snprintf(line, sizeof line,
                   "compute of one worker (%d thread%s, batch %lld): data %.2f ms, forward %.2f ms, backward "
-                  "%.2f ms (%zu gradients, %.2f MB), optimizer %.2f ms; %.2fx with every core busy\n",
+                  "%.2f ms (%zu gradients, %.2f MB), optimizer %.2f ms; %.2fx with every core busy, %.2fx "
+                  "more with two threads per core\n",
                   c.threads, c.threads == 1 ? "" : "s", static_cast<long long>(c.batch_per_worker), c.data_s * 1e3,
                   c.forward_s * 1e3, c.backward_s * 1e3, c.gradients.size(), c.gradient_bytes() / 1e6,
-                  c.optimizer_s * 1e3, c.shared_slowdown);
+                  c.optimizer_s * 1e3, c.shared_slowdown, c.oversubscribed_slowdown);
     std::cout << line;
   }
   std::cout << "profile: " << out << "\n";

@@ -137,12 +137,15 @@ void FlowNet::refill(double now, const std::vector<Use>& touched) {
   for (Id id : affected_) {
     const Flow& f = flows_[id];
     Filling fl{.id = id, .first = at_.size()};
-    double coef = 0;
+    // The level is a share of the resource the flow leans on most (its use per unit of progress
+    // over the resource's capacity), so that flows of different units compare: a copy and a
+    // computation on one host's cores rise by the same fraction of the cores.
+    double lean = 0;
     for (const Use& u : f.uses) {
       at_.push_back(index_of(u.resource));
-      coef = std::max(coef, u.coef);
+      lean = std::max(lean, u.coef / resources_[u.resource].capacity);
     }
-    fl.weight = coef > 0 ? 1 / coef : f.cap;
+    fl.weight = lean > 0 ? 1 / lean : f.cap;
     fill_.push_back(fl);
   }
 

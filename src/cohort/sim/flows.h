@@ -5,7 +5,7 @@
 // (bytes of a transfer, core-seconds of a computation) made at a rate of at most `cap`, using each
 // of its resources at `coef` units per unit of progress. Rates are max-min fair in proportion to
 // what they take of the resources: every flow rises until a resource it shares is full or it reaches
-// its cap (progressive filling), each at the pace that gives every flow the same use of the
+// its cap (progressive filling), each at the pace that gives every flow the same share of the
 // resource it leans on most. So two transfers on one link get half of it each (one that is held
 // back elsewhere leaves the rest to the other), and a computation and a copy on one core get half a
 // core each.

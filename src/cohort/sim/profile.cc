@@ -23,7 +23,7 @@ const Schema& schema() {
       {"transports", {"tcp", "shm", "network"}},
       {"transports.tcp", {"latency_us", "gbytes_per_s"}},
       {"transports.shm", {"latency_us", "gbytes_per_s"}},
-      {"transports.network", {"latency_us", "gbytes_per_s", "cpu_ns_per_byte"}},
+      {"transports.network", {"latency_us", "gbytes_per_s"}},
       {"kernels", {"reduce_gbytes_per_s", "codecs"}},
       {"kernels.codecs", kCodecs},
       {"kernels.codecs.fp16", {"encode_gbytes_per_s", "decode_gbytes_per_s"}},
@@ -33,7 +33,7 @@ const Schema& schema() {
       {"kernels.codecs.powersgd", {"encode_gbytes_per_s", "decode_gbytes_per_s"}},
       {"compute",
        {"device", "threads", "batch_per_worker", "data_ms", "forward_ms", "backward_ms",
-        "optimizer_ms", "shared_slowdown", "gradients"}},
+        "optimizer_ms", "shared_slowdown", "oversubscribed_slowdown", "gradients"}},
       {"compute.gradients", {"name", "bytes", "rows", "cols", "ready_ms"}},
   };
   return s;
@@ -79,7 +79,6 @@ LinkCost read_link(const Reader& r, const YAML::Node& transports, const std::str
   LinkCost l;
   l.latency_s = r.number(m, path + ".latency_us", 0, false) * 1e-6;
   l.bytes_per_s = r.number(m, path + ".gbytes_per_s", 0, true) * 1e9;
-  if (name == "network") l.cpu_s_per_byte = r.number(m, path + ".cpu_ns_per_byte", 0, false, kInf, 0) * 1e-9;
   return l;
 }
 
@@ -94,6 +93,7 @@ void read_compute(const Reader& r, const YAML::Node& root, Compute& c) {
   c.backward_s = r.number(m, "compute.backward_ms", 0, true) * 1e-3;
   c.optimizer_s = r.number(m, "compute.optimizer_ms", 0, false, kInf, 0) * 1e-3;
   c.shared_slowdown = r.number(m, "compute.shared_slowdown", 1, false, 100, 1);
+  c.oversubscribed_slowdown = r.number(m, "compute.oversubscribed_slowdown", 1, false, 100, 1);
   YAML::Node list = YamlReader::child(m, "compute.gradients");
   if (!list.IsDefined()) r.yaml().fail("compute.gradients", m, "is missing");
   if (!list.IsSequence() || list.size() == 0) {
@@ -191,13 +191,11 @@ double figure(double v) {
 
 std::string profile_json(const Profile& p) {
   using nlohmann::json;
-  auto link = [](const LinkCost& l, bool network) {
-    json j = {{"latency_us", figure(l.latency_s * 1e6)}, {"gbytes_per_s", figure(l.bytes_per_s / 1e9)}};
-    if (network) j["cpu_ns_per_byte"] = figure(l.cpu_s_per_byte * 1e9);
-    return j;
+  auto link = [](const LinkCost& l) {
+    return json{{"latency_us", figure(l.latency_s * 1e6)}, {"gbytes_per_s", figure(l.bytes_per_s / 1e9)}};
   };
-  json transports = {{"tcp", link(p.tcp, false)}, {"network", link(p.network, true)}};
-  if (p.shm) transports["shm"] = link(*p.shm, false);
+  json transports = {{"tcp", link(p.tcp)}, {"network", link(p.network)}};
+  if (p.shm) transports["shm"] = link(*p.shm);
   json codecs = json::object();
   for (const auto& [name, c] : p.codecs) {
     codecs[name] = {{"encode_gbytes_per_s", figure(c.encode_bytes_per_s / 1e9)},
@@ -225,6 +223,7 @@ std::string profile_json(const Profile& p) {
               {"backward_ms", figure(c.backward_s * 1e3)},
               {"optimizer_ms", figure(c.optimizer_s * 1e3)},
               {"shared_slowdown", figure(c.shared_slowdown)},
+              {"oversubscribed_slowdown", figure(c.oversubscribed_slowdown)},
               {"gradients", grads}};
   return j.dump(2) + "\n";
 }

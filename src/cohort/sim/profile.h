@@ -6,7 +6,7 @@
 //    "host": {"cores": 2, "ranks_per_host": 1},
 //    "transports": {"tcp":     {"latency_us": 30, "gbytes_per_s": 2.9},
 //                   "shm":     {"latency_us": 4, "gbytes_per_s": 6.5},
-//                   "network": {"latency_us": 30, "gbytes_per_s": 2.9, "cpu_ns_per_byte": 0.3}},
+//                   "network": {"latency_us": 30, "gbytes_per_s": 2.9}},
 //    "kernels": {"reduce_gbytes_per_s": 6.0,
 //                "codecs": {"fp16": {"encode_gbytes_per_s": 4, "decode_gbytes_per_s": 5}, ...}},
 //    "compute": {"device": "cpu", "threads": 1, "batch_per_worker": 64, "data_ms": 1.2,
@@ -33,7 +33,6 @@ namespace cohort::sim {
 struct LinkCost {
   double latency_s = 0;          // one message, send to arrival, beyond its bytes
   double bytes_per_s = 0;        // one stream, each way
-  double cpu_s_per_byte = 0;     // network only: kernel work per byte, split between both ends
 };
 
 struct CodecCost {
@@ -57,6 +56,9 @@ struct Compute {
   // share memory bandwidth and caches) than alone: forward's time with cores / threads workers
   // over its time with one. Ranks that keep fewer of the other cores busy pay in proportion.
   double shared_slowdown = 1;
+  // And beyond that when the host has more workers' threads than cores (twice as many, measured),
+  // over the fair share alone: what switching between them and refilling the caches costs.
+  double oversubscribed_slowdown = 1;
   std::vector<Gradient> gradients;
   uint64_t gradient_bytes() const {
     uint64_t n = 0;

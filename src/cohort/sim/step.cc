@@ -49,10 +49,16 @@ struct Fabric {
 }  // namespace
 
 double compute_slowdown(const Profile& p, const Layout& l) {
-  if (p.compute.on_device || p.cores < 2 || p.compute.shared_slowdown <= 1) return 1;
+  if (p.compute.on_device || p.cores < 2) return 1;
   const int ranks = l.one_machine ? l.workers : std::min(l.ranks_per_host, l.workers);
-  const double busy = std::min<double>(p.cores, static_cast<double>(ranks) * p.compute.threads);
-  return 1 + (p.compute.shared_slowdown - 1) * std::max(0.0, busy - 1) / (p.cores - 1);
+  const double threads = static_cast<double>(ranks) * p.compute.threads;
+  const double busy = std::min<double>(p.cores, threads);
+  double f = 1 + (p.compute.shared_slowdown - 1) * std::max(0.0, busy - 1) / (p.cores - 1);
+  // Beyond one thread per core, the measured cost of switching, up to twice as many threads.
+  if (threads > p.cores) {
+    f *= 1 + (p.compute.oversubscribed_slowdown - 1) * std::min(1.0, threads / p.cores - 1);
+  }
+  return f;
 }
 
 namespace {
@@ -389,15 +395,6 @@ class Engine {
       link_out_[static_cast<size_t>(a)] += bytes;
       uses.push_back({fab_.nic_out[static_cast<size_t>(a)], 1.0});
       uses.push_back({fab_.nic_in[static_cast<size_t>(b)], 1.0});
-      const double c = fab_.network.cpu_s_per_byte / 2;
-      if (c > 0 && !fab_.on_device) {
-        uses.push_back({fab_.cpu[static_cast<size_t>(a)], c});
-        if (fab_.cpu[static_cast<size_t>(b)] != fab_.cpu[static_cast<size_t>(a)]) {
-          uses.push_back({fab_.cpu[static_cast<size_t>(b)], c});
-        } else {
-          uses.back().coef = 2 * c;
-        }
-      }
     }
     net_.start(now_, bytes, cap, uses, tag_of(Tag::Send, from));
   }
