@@ -245,13 +245,14 @@ int calibrate_main(int argc, char** argv) {
   std::cerr << ")\n";
   // Between hosts this machine has only loopback: the network is TCP's figures.
   p.network = p.tcp;
-  p.codecs = sim::measure_codecs(job ? static_cast<int>(job->comm.topk_ratio * 1000) : 10,
-                                 job ? static_cast<int>(job->comm.powersgd_rank) : 4);
   if (job) {
     p.compute = measure_compute(args.positionals()[0], *job, args.all("set"), steps, p.cores);
     p.has_compute = true;
     p.ranks_per_host = std::max(1, p.cores / p.compute.threads);
   }
+  p.codecs = sim::measure_codecs(job ? static_cast<int>(job->comm.topk_ratio * 1000) : 10,
+                                 job ? static_cast<int>(job->comm.powersgd_rank) : 4,
+                                 job ? p.compute.gradients : std::vector<sim::Gradient>{});
   char src[256];
   std::snprintf(src, sizeof src,
                 "measured by cohort calibrate on %s, %d cores, %s (1-minute load average %.2f); "

@@ -81,7 +81,8 @@ double measure_reduce() {
 }
 
 std::map<std::string, CodecCost, std::less<>> measure_codecs(int topk_ratio_permille,
-                                                             int powersgd_rank) {
+                                                             int powersgd_rank,
+                                                             const std::vector<Gradient>& gradients) {
   const size_t n = size_t{4} << 20;
   const double bytes = static_cast<double>(n * sizeof(float));
   std::vector<float> x(n), y(n);
@@ -98,9 +99,10 @@ std::map<std::string, CodecCost, std::less<>> measure_codecs(int topk_ratio_perm
     const double dec = median_seconds(5, [&] { e->decode_add(wire.data(), n, y.data()); });
     out[std::string(e->name())] = {.encode_bytes_per_s = bytes / enc, .decode_bytes_per_s = bytes / dec};
   }
-  // Top-k and PowerSGD on a 2048 x 2048 matrix: a round trip is their work on one rank's
-  // contribution. PowerSGD's three products (M Q, M^T P, P Q^T) cost alike: two thirds are its
-  // encoding, one its decoding. Top-k's decoding is a sum of the gathered entries, costed as a
+  // Top-k and PowerSGD on the job's gradients as one bucket, as DDP hands them over (each tensor
+  // its first dimension by the rest), else a 2048 x 2048 matrix: a round trip is their work on one
+  // rank's contribution. PowerSGD's three products (M Q, M^T P, P Q^T) cost alike: two thirds are
+  // its encoding, one its decoding. Top-k's decoding is a sum of the gathered entries, costed as a
   // reduction.
   compress::CompressionOptions o;
   o.topk_ratio = topk_ratio_permille / 1000.0;
@@ -108,16 +110,29 @@ std::map<std::string, CodecCost, std::less<>> measure_codecs(int topk_ratio_perm
   o.topk_warmup_steps = 0;
   o.powersgd_warmup_steps = 0;
   o.min_bytes = 0;
-  const std::vector<compress::TensorShape> shape = {{.offset = 0, .rows = 2048, .cols = n / 2048}};
+  std::vector<compress::TensorShape> shape = {{.offset = 0, .rows = 2048, .cols = n / 2048}};
+  size_t count = n;
+  if (!gradients.empty()) {
+    shape.clear();
+    count = 0;
+    for (const Gradient& g : gradients) {
+      shape.push_back({.offset = count, .rows = g.rows, .cols = g.cols});
+      count += g.bytes / 4;
+    }
+    x.resize(std::max(count, x.size()));
+    y.resize(std::max(count, y.size()));
+    for (float& v : x) v = dist(gen);
+  }
+  const double job_bytes = static_cast<double>(count * sizeof(float));
   o.method = compress::Method::TopK;
-  auto topk = compress::make_codec(o, n, shape);
-  const double t_topk = median_seconds(3, [&] { topk->round_trip(x.data(), y.data()); });
-  out["topk"] = {.encode_bytes_per_s = bytes / t_topk, .decode_bytes_per_s = measure_reduce()};
+  auto topk = compress::make_codec(o, count, shape);
+  const double t_topk = median_seconds(7, [&] { topk->round_trip(x.data(), y.data()); });
+  out["topk"] = {.encode_bytes_per_s = job_bytes / t_topk, .decode_bytes_per_s = measure_reduce()};
   o.method = compress::Method::PowerSgd;
-  auto psgd = compress::make_codec(o, n, shape);
-  const double t_psgd = median_seconds(3, [&] { psgd->round_trip(x.data(), y.data()); });
-  out["powersgd"] = {.encode_bytes_per_s = bytes / (t_psgd * 2 / 3),
-                     .decode_bytes_per_s = bytes / (t_psgd / 3)};
+  auto psgd = compress::make_codec(o, count, shape);
+  const double t_psgd = median_seconds(7, [&] { psgd->round_trip(x.data(), y.data()); });
+  out["powersgd"] = {.encode_bytes_per_s = job_bytes / (t_psgd * 2 / 3),
+                     .decode_bytes_per_s = job_bytes / (t_psgd / 3)};
   return out;
 }
 

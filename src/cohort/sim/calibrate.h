@@ -27,9 +27,12 @@ double fit_bandwidth(const Profile& profile, comm::Transport transport, comm::Al
 // The reduction kernel's rate (f32 sum, bytes of output per second on one core).
 double measure_reduce();
 
-// Each codec's rates (fp16, bf16, int8, topk, powersgd), per core in f32 input bytes.
+// Each codec's rates (fp16, bf16, int8, topk, powersgd), per core in f32 input bytes. Top-k and
+// PowerSGD, whose cost depends on the shapes of the tensors, are measured on `gradients` as one
+// bucket (a job's own), or on a 2048 x 2048 matrix when there are none.
 std::map<std::string, CodecCost, std::less<>> measure_codecs(int topk_ratio_permille = 10,
-                                                             int powersgd_rank = 4);
+                                                             int powersgd_rank = 4,
+                                                             const std::vector<Gradient>& gradients = {});
 
 // One worker's compute from its trace (trace/tracer.h: spans data, forward, backward, optimizer
 // with their step; instants "bucket N ready" with their bytes) of a run with buckets as small

@@ -64,9 +64,18 @@ class Builder {
                                      spec.count, codec);
     auto it = cache_.find(key);
     if (it == cache_.end()) {
-      auto plans = std::make_shared<const std::vector<RankPlan>>(
-          plan_collective(spec, host_of_, work_cost(p_, codec)));
-      it = cache_.emplace(key, std::move(plans)).first;
+      std::vector<RankPlan> plans = plan_collective(spec, host_of_, work_cost(p_, codec));
+      if (spec.kind == CollectiveSpec::Kind::EncodedAllreduce && c_.compression.error_feedback) {
+        // Error feedback: before its first exchange each rank decodes its whole encoded input
+        // again and subtracts it from the input (allreduce_encoded.cc). The plan is made without
+        // a residual, whose arithmetic would run for real on every planned rank.
+        const double bytes_in = static_cast<double>(spec.count * sizeof(float));
+        const double extra = bytes_in / codec_cost(p_, codec).decode_bytes_per_s + bytes_in / p_.reduce_bytes_per_s;
+        for (RankPlan& r : plans) {
+          if (!r.exchanges.empty()) r.exchanges.front().work_before_s += extra;
+        }
+      }
+      it = cache_.emplace(key, std::make_shared<const std::vector<RankPlan>>(std::move(plans))).first;
     }
     program_.ops.push_back(Collective{.spec = spec, .codec = codec, .algorithm = algo,
                                       .plans = it->second});
