@@ -18,7 +18,8 @@ inline constexpr size_t kFrameHeaderBytes = 16;
 // Default cap for control messages; data paths pass their own limit.
 inline constexpr size_t kDefaultMaxFrame = 64u << 20;
 
-// Message types. Ranges: 1-15 handshake, 16-63 store, 64-127 communicator, 128+ coordinator.
+// Message types. Ranges: 1-15 handshake, 16-63 store, 64-127 communicator, 128-159 coordinator,
+// 160-191 parameter servers.
 enum class MsgType : uint16_t {
   kHello = 1,
   kChallenge = 2,
@@ -28,6 +29,8 @@ enum class MsgType : uint16_t {
   kStoreRequest = 16,
   kStoreResponse = 17,
   kCommData = 64,
+  kPsRequest = 160,
+  kPsResponse = 161,
 };
 
 struct FrameHeader {

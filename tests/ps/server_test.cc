@@ -1,0 +1,309 @@
+// Parameter servers and their clients over real sockets: ssp and async, replication and
+// failover, and what a server does with bad input.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "../store/store_test_wire.h"
+#include "cohort/base/error.h"
+#include "cohort/ps/client.h"
+#include "ps_cluster.h"
+
+namespace cohort::ps {
+namespace {
+
+using testing::PsCluster;
+
+ServerSettings settings(int servers, int slots, Consistency c,
+                        OptimizerSettings opt = {.kind = OptimizerKind::Sgd}) {
+  return {.servers = servers,
+          .shard = {.slots = slots, .consistency = c, .optimizer = opt},
+          .heartbeat = Millis(50),
+          .failure_timeout = Millis(1000)};
+}
+
+// A gradient that differs by slot, clock and position.
+std::vector<float> gradient(uint32_t slot, int64_t clock, size_t n) {
+  std::vector<float> g(n);
+  for (size_t i = 0; i < n; ++i) {
+    g[i] =
+        0.01f * static_cast<float>((slot + 1) * (i % 7 + 1)) + 0.001f * static_cast<float>(clock);
+  }
+  return g;
+}
+
+std::vector<float> initial(size_t n) {
+  std::vector<float> p(n);
+  std::iota(p.begin(), p.end(), 1.0f);
+  return p;
+}
+
+TEST(ParameterServers, SspZeroIsSynchronousSgdOnTheSumAcrossShards) {
+  PsCluster cluster(settings(3, 2, Consistency::Ssp));
+  const Layout layout({5, 11, 2}, 3);  // keys split across shards
+  Client w0(cluster.client_options(0), layout), w1(cluster.client_options(1), layout);
+  w0.init(initial(layout.total()))->wait();
+  w1.init(initial(layout.total()))->wait();  // a second init changes nothing
+  const auto keys = w0.all_keys();
+  std::vector<float> expect = initial(layout.total());
+  std::vector<float> p0(layout.total()), p1(layout.total());
+  const double lr = 0.5;
+  for (int64_t c = 0; c < 4; ++c) {
+    const auto g0 = gradient(0, c, layout.total()), g1 = gradient(1, c, layout.total());
+    PullInfo i0, i1;
+    auto a = w0.push_pull(keys, g0, p0, {.clock = c, .lr = lr, .min_version = c + 1}, &i0);
+    if (c == 0) {
+      // s = 0: worker 0's pull needs worker 1's push of the same clock.
+      std::this_thread::sleep_for(Millis(100));
+      EXPECT_FALSE(a->is_completed());
+    }
+    auto b = w1.push_pull(keys, g1, p1, {.clock = c, .lr = lr, .min_version = c + 1}, &i1);
+    a->wait();
+    b->wait();
+    for (size_t i = 0; i < expect.size(); ++i) {
+      expect[i] -= static_cast<float>(lr) * (g0[i] + g1[i]);
+    }
+    EXPECT_EQ(i0.version, c + 1);
+    EXPECT_EQ(p0, p1);
+    for (size_t i = 0; i < expect.size(); ++i) ASSERT_NEAR(p0[i], expect[i], 1e-5) << i;
+  }
+}
+
+TEST(ParameterServers, AsyncWithOneWorkerIsSequentialSgdWithMomentum) {
+  const OptimizerSettings opt{.kind = OptimizerKind::Sgd, .momentum = 0.9, .weight_decay = 0.01};
+  PsCluster cluster(settings(2, 1, Consistency::Async, opt));
+  const Layout layout({4, 3}, 2);
+  Client w(cluster.client_options(0), layout);
+  w.init(initial(layout.total()))->wait();
+  std::vector<float> local = initial(layout.total()), got(layout.total());
+  OptimizerState state;
+  const auto keys = w.all_keys();
+  for (int64_t c = 0; c < 5; ++c) {
+    const auto g = gradient(0, c, layout.total());
+    w.push_pull(keys, g, got, {.clock = c, .lr = 0.1})->wait();
+    optimizer_step(opt, state, local, g, 0.1);
+    for (size_t i = 0; i < local.size(); ++i) ASSERT_NEAR(got[i], local[i], 1e-5);
+  }
+}
+
+TEST(ParameterServers, AsyncFastWorkerDoesNotWaitForASilentOne) {
+  PsCluster cluster(settings(1, 2, Consistency::Async));
+  const Layout layout({8}, 1);
+  Client fast(cluster.client_options(0), layout);
+  fast.init(initial(8))->wait();
+  std::vector<float> out(8);
+  PullInfo info;
+  for (int64_t c = 0; c < 20; ++c) {
+    fast.push_pull(fast.all_keys(), gradient(0, c, 8), out, {.clock = c, .lr = 0.1}, &info)
+        ->wait(Millis(2000));
+  }
+  EXPECT_EQ(info.version, 20);
+  EXPECT_EQ(info.min_clock, 0);  // slot 1 never pushed: the staleness it would report is 20
+}
+
+// Pushes clocks [from, to) from both workers (ssp, s = 1) and returns the parameters after them.
+std::vector<float> train(Client& w0, Client& w1, int64_t from, int64_t to,
+                         std::vector<float>& expect, size_t* acked) {
+  const size_t n = expect.size();
+  std::vector<float> p0(n), p1(n);
+  const auto keys = w0.all_keys();
+  for (int64_t c = from; c < to; ++c) {
+    const auto g0 = gradient(0, c, n), g1 = gradient(1, c, n);
+    auto a = w0.push_pull(keys, g0, p0, {.clock = c, .lr = 0.1, .min_version = c});
+    auto b = w1.push_pull(keys, g1, p1, {.clock = c, .lr = 0.1, .min_version = c});
+    a->wait();
+    b->wait();
+    *acked += 2;
+    for (size_t i = 0; i < n; ++i) expect[i] -= 0.1f * (g0[i] + g1[i]);
+  }
+  // With s = 1 the last pulls need not hold the last clock: a pull that waits for it does.
+  w0.pull(keys, p0, {.min_version = to})->wait();
+  return p0;
+}
+
+TEST(ParameterServers, AKilledServersShardsMoveToTheirBackupsAndNoAcknowledgedPushIsLost) {
+  PsCluster cluster(settings(3, 2, Consistency::Ssp));
+  const Layout layout({30, 7}, 3);
+  Client w0(cluster.client_options(0), layout), w1(cluster.client_options(1), layout);
+  w0.init(initial(layout.total()))->wait();
+  std::vector<float> expect = initial(layout.total());
+  size_t acked = 0;
+  train(w0, w1, 0, 5, expect, &acked);
+
+  // Server 1 (primary of shard 1, backup of shard 0) dies; shard 1 moves to server 2.
+  cluster.kill(1);
+  ASSERT_TRUE(cluster.wait_view([](const View& v) { return v.shards[1].primary == 2; }));
+  train(w0, w1, 5, 10, expect, &acked);
+
+  // Its replacement backs every shard left without a backup, once their primaries copied them.
+  cluster.replace(1);
+  ASSERT_TRUE(cluster.wait_view([](const View& v) {
+    return v.servers[1].up && v.shards[0].backup == 1 && v.shards[1].backup == 1;
+  }));
+  train(w0, w1, 10, 12, expect, &acked);  // the copies are made while training goes on
+  const Deadline d = Deadline::after(Millis(5000));
+  while (!(cluster.synced(0, 1) && cluster.synced(1, 1)) && !d.expired()) {
+    std::this_thread::sleep_for(Millis(10));
+  }
+  ASSERT_TRUE(cluster.synced(0, 1) && cluster.synced(1, 1));
+
+  // Now server 2 dies, holding shards 1 (primary) and 2: shard 1 moves to the replacement,
+  // which only ever got it by a copy.
+  cluster.kill(2);
+  ASSERT_TRUE(cluster.wait_view(
+      [](const View& v) { return v.shards[1].primary == 1 && v.shards[2].primary == 0; }));
+  const auto last = train(w0, w1, 12, 16, expect, &acked);
+  for (size_t i = 0; i < expect.size(); ++i) ASSERT_NEAR(last[i], expect[i], 1e-4) << i;
+  EXPECT_FALSE(cluster.failure().has_value());
+
+  // Every shard applied exactly the pushes that were acknowledged.
+  for (const ShardStatus& s : w0.status()) {
+    EXPECT_EQ(s.applied, acked);
+    EXPECT_EQ(s.version, 16);
+  }
+}
+
+TEST(ParameterServers, AStoppedServerIsFoundByItsSilenceAndTheJobGoesOn) {
+  PsCluster cluster(settings(2, 1, Consistency::Async));
+  const Layout layout({6}, 2);
+  Client w(cluster.client_options(0, Millis(10000)), layout);
+  w.init(initial(6))->wait();
+  std::vector<float> out(6);
+  w.push_pull(w.all_keys(), gradient(0, 0, 6), out, {.clock = 0, .lr = 1})->wait();
+  cluster.silence(0);  // nobody tells the manager: only the heartbeats stop
+  auto t0 = Clock::now();
+  w.push_pull(w.all_keys(), gradient(0, 1, 6), out, {.clock = 1, .lr = 1})->wait();
+  EXPECT_LT(Clock::now() - t0, Millis(5000));
+  EXPECT_EQ(cluster.view().shards[0].primary, 1);
+  bool lost = false;
+  for (const auto& e : cluster.events()) {
+    lost |= e.value("event", "") == "server_lost" &&
+            e.value("cause", "").find("no heartbeat") != std::string::npos;
+  }
+  EXPECT_TRUE(lost);
+}
+
+TEST(ParameterServers, AShardWithoutACopyLeftIsLostAndTheManagerSaysWhich) {
+  PsCluster cluster(settings(2, 1, Consistency::Async));
+  const Layout layout({4}, 2);
+  Client w(cluster.client_options(0), layout);
+  w.init(initial(4))->wait();
+  cluster.kill(0);
+  ASSERT_TRUE(cluster.wait_view([](const View& v) { return v.shards[0].primary == 1; }));
+  cluster.kill(1);
+  const Deadline d = Deadline::after(Millis(5000));
+  while (!cluster.failure() && !d.expired()) std::this_thread::sleep_for(Millis(5));
+  ASSERT_TRUE(cluster.failure().has_value());
+  EXPECT_NE(cluster.failure()->find("shard 0 is lost"), std::string::npos) << *cluster.failure();
+}
+
+TEST(ParameterServers, ErrorsNameTheServerTheShardAndTheClock) {
+  PsCluster cluster(settings(2, 1, Consistency::Ssp));
+  const Layout layout({4}, 2);
+  Client w(cluster.client_options(0, Millis(2000)), layout);
+  std::vector<float> out(4);
+  // Nobody initialised the shards: the pull waits for it, then times out naming them.
+  try {
+    w.pull(w.all_keys(), out, {.clock = 3})->wait();
+    FAIL() << "a pull of uninitialised shards succeeded";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("shard 0 at parameter server 0"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("no parameters yet"), std::string::npos) << e.what();
+  }
+  w.init(initial(4))->wait();
+  try {
+    w.push(w.all_keys(), gradient(0, 0, 4), {.clock = 2, .lr = 1})->wait();
+    FAIL() << "a push that skips clocks was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pushed clock 2 before clock 0"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("parameter server"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ParameterServers, StopIsSeenByEveryLaterPullAndCountsAddUp) {
+  PsCluster cluster(settings(2, 2, Consistency::Async));
+  const Layout layout({3, 3}, 2);
+  Client w0(cluster.client_options(0), layout), w1(cluster.client_options(1), layout);
+  w0.init(initial(6))->wait();
+  std::vector<float> out(6);
+  PullInfo info;
+  w0.push_pull(w0.all_keys(), gradient(0, 0, 6), out,
+               {.clock = 0, .lr = 1, .counts = {.epoch = 0, .samples = 3, .id_sum = 6}}, &info)
+      ->wait();
+  EXPECT_FALSE(info.stopped);
+  w1.control(Control::kStop)->wait();
+  w1.push_pull(w1.all_keys(), gradient(1, 0, 6), out,
+               {.clock = 0, .lr = 1, .counts = {.epoch = 0, .samples = 2, .id_sum = 9}}, &info)
+      ->wait();
+  EXPECT_TRUE(info.stopped);
+  const auto status = w0.status();
+  ASSERT_EQ(status[0].counts.size(), 1u);
+  EXPECT_EQ(status[0].counts[0].samples, 5.0);  // counted on shard 0 only
+  EXPECT_EQ(status[0].counts[0].id_sum, 15.0);
+  EXPECT_TRUE(status[1].counts.empty() || status[1].counts[0].samples == 0);
+  EXPECT_EQ(status[1].slot_clocks, (std::vector<int64_t>{1, 1}));
+}
+
+class ServerWire : public ::testing::Test {
+ protected:
+  store::testing::LogCapture logs_;
+};
+
+TEST_F(ServerWire, GarbageTruncatedOversizedAndUnauthenticatedInputIsRefusedAndServingGoesOn) {
+  ServerSettings s = settings(1, 1, Consistency::Async);
+  s.max_message_bytes = 1 << 16;
+  PsCluster cluster(s);
+  const Layout layout({4}, 1);
+  Client w(cluster.client_options(0), layout);
+  w.init(initial(4))->wait();
+  const net::Endpoint ep = net::Endpoint::parse(cluster.view().servers[0].address);
+  using store::testing::frame_bytes;
+  using store::testing::RawClient;
+  struct Case {
+    bool authenticate;
+    std::vector<uint8_t> bytes;
+    const char* reason;
+  };
+  const std::vector<Case> cases = {
+      {false, std::vector<uint8_t>(300, 0xab), "bad frame magic"},
+      {true, frame_bytes(static_cast<uint16_t>(net::MsgType::kPsRequest), {}, 1u << 20),
+       "exceeds the limit"},
+      {true, frame_bytes(net::MsgType::kPsRequest, {2, 0, 0}), "truncated"},
+      {true, frame_bytes(net::MsgType::kPsRequest, std::vector<uint8_t>(21, 0)),
+       "unknown parameter-server request type 0"},
+      {true, frame_bytes(net::MsgType::kStoreRequest, {1}), "expected a parameter-server request"},
+      {false, frame_bytes(net::MsgType::kPsRequest, {2, 0, 0}), "expected a handshake hello"},
+  };
+  for (const Case& c : cases) {
+    RawClient raw(ep);
+    if (c.authenticate) raw.handshake(testing::kToken);
+    raw.send(c.bytes);
+    ASSERT_TRUE(raw.wait_closed(Millis(2000)).has_value()) << c.reason;
+    ASSERT_TRUE(logs_.wait_for_warnings(c.reason, 1, Millis(2000))) << c.reason << "\n"
+                                                                    << logs_.dump();
+  }
+  {
+    // A truncated frame, then the connection goes.
+    RawClient raw(ep);
+    raw.handshake(testing::kToken);
+    auto f = frame_bytes(net::MsgType::kPsRequest, std::vector<uint8_t>(64, 1));
+    f.resize(30);
+    raw.send(f);
+    raw.shutdown_write();
+    ASSERT_TRUE(raw.wait_closed(Millis(2000)).has_value());
+    ASSERT_TRUE(logs_.wait_for_warnings("middle of a frame", 1, Millis(2000))) << logs_.dump();
+  }
+  {
+    // A wrong token never reaches the shard.
+    RawClient raw(ep);
+    EXPECT_THROW(raw.handshake("not-the-token"), AuthError);
+  }
+  std::vector<float> out(4);
+  w.push_pull(w.all_keys(), gradient(0, 0, 4), out, {.clock = 0, .lr = 1})->wait(Millis(2000));
+  EXPECT_EQ(w.status()[0].applied, 1u);
+}
+
+}  // namespace
+}  // namespace cohort::ps
