@@ -10,7 +10,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(cohort_installed_layers base net store comm compress trace elastic sim)
+set(cohort_installed_layers base net store comm compress trace elastic ps sim)
 if(COHORT_WITH_TORCH)
   list(APPEND cohort_installed_layers ddp train)
 endif()

@@ -432,7 +432,8 @@ TEST(JobConfig, EveryKeyIsDocumented) {
   for (const std::string& yaml :
        {std::string(), std::string("dashboard:"), program,
         std::string("data: {name: synthetic}\ntrain: {optimizer: {name: adam}}"),
-        std::string("sync: {mode: local_sgd, outer_optimizer: {name: nesterov}}")}) {
+        std::string("sync: {mode: local_sgd, outer_optimizer: {name: nesterov}}"),
+        std::string("parameter_servers: 2\nsync: {mode: ssp}")}) {
     walk(YAML::Load(to_yaml(parse_job_config(yaml, "j"))), "");
   }
 }
@@ -602,8 +603,8 @@ TEST(JobConfigSync, LocalSgdKeysRoundTrip) {
 
 TEST(JobConfigSync, ErrorsNameTheKey) {
   EXPECT_EQ(error_of("sync: {mode: local-sgd}"),
-            "job.yaml:1:14: sync.mode: expected one of allreduce, local_sgd, got \"local-sgd\"; "
-            "did you mean 'local_sgd'?");
+            "job.yaml:1:14: sync.mode: expected one of allreduce, local_sgd, ssp, async, got "
+            "\"local-sgd\"; did you mean 'local_sgd'?");
   EXPECT_EQ(error_of("sync: {balance: yes}"),
             "job.yaml:1:17: sync.balance: expected one of off, auto, got \"yes\"");
   EXPECT_EQ(error_of("sync: {period: 4}"),
@@ -623,6 +624,54 @@ TEST(JobConfigSync, ErrorsNameTheKey) {
   EXPECT_EQ(error_of("program: {python: " + script + "}\nsync: {mode: local_sgd}\n"),
             "job.yaml:2:14: sync.mode: does not apply to a Python program (program.python): the "
             "script's own training loop decides how its replicas synchronise");
+}
+
+TEST(JobConfigSync, ParameterServerModes) {
+  JobConfig c = parse_job_config("parameter_servers: 3\nsync: {mode: ssp, staleness: 2}\n", "j");
+  EXPECT_EQ(c.sync.mode, SyncKind::Ssp);
+  EXPECT_EQ(c.sync.staleness, 2);
+  EXPECT_EQ(c.parameter_servers, 3);
+  EXPECT_TRUE(c.sync.uses_servers());
+  EXPECT_EQ(parse_job_config(to_yaml(c), "j"), c);
+  c = parse_job_config("parameter_servers: 1\nsync: {mode: async, lr_scale: inverse_staleness}\n",
+                       "j");
+  EXPECT_EQ(c.sync.mode, SyncKind::Async);
+  EXPECT_EQ(c.sync.lr_scale, LrScale::InverseStaleness);
+  EXPECT_EQ(parse_job_config(to_yaml(c), "j"), c);
+  c = parse_job_config("parameter_servers: 2\nsync: {mode: async, delay_compensation: 0.1}\n", "j");
+  EXPECT_DOUBLE_EQ(c.sync.delay_compensation, 0.1);
+  EXPECT_EQ(parse_job_config(to_yaml(c), "j"), c);
+  EXPECT_EQ(parse_job_config("", "j").parameter_servers, 0);
+}
+
+TEST(JobConfigSync, ParameterServerErrorsNameTheKey) {
+  EXPECT_EQ(error_of("sync: {mode: ssp}"),
+            "job.yaml:1:14: sync.mode: is ssp: the job needs parameter_servers (how many server "
+            "processes hold the model; 1 keeps no copy of it, 2 or more survive the loss of one)");
+  EXPECT_EQ(error_of("parameter_servers: 2"),
+            "job.yaml:1:20: parameter_servers: does not apply when sync.mode is allreduce (only "
+            "to ssp and async)");
+  EXPECT_EQ(error_of("parameter_servers: 0\nsync: {mode: ssp}"),
+            "job.yaml:1:20: parameter_servers: expected an integer in [1, 256], got 0");
+  EXPECT_EQ(error_of("parameter_servers: 2\nsync: {mode: async, staleness: 3}"),
+            "job.yaml:2:32: sync.staleness: does not apply when sync.mode is async (staleness is "
+            "unbounded)");
+  EXPECT_EQ(error_of("sync: {staleness: 3}"),
+            "job.yaml:1:19: sync.staleness: does not apply when sync.mode is allreduce (only to "
+            "ssp and async)");
+  EXPECT_EQ(error_of("parameter_servers: 2\nsync: {mode: ssp, lr_scale: inverse_staleness, "
+                     "delay_compensation: 0.1}"),
+            "job.yaml:2:68: sync.delay_compensation: and sync.lr_scale: inverse_staleness are two "
+            "corrections of the same staleness; choose one");
+  EXPECT_EQ(error_of("parameter_servers: 2\nsync: {mode: ssp, balance: auto}"),
+            "job.yaml:2:28: sync.balance: does not apply when sync.mode is ssp: a worker's "
+            "pushes never wait for the others' beyond the staleness bound, so its share of the "
+            "data need not shrink");
+  EXPECT_EQ(error_of("parameter_servers: 2\ncomm: {compression: fp16}\nsync: {mode: async}"),
+            "job.yaml:2:21: comm.compression: does not apply when sync.mode is async (pushes go "
+            "to the parameter servers uncompressed)");
+  EXPECT_EQ(error_of("parameter_servers: 2\nsync: {mode: ssp, staleness: -1}"),
+            "job.yaml:2:30: sync.staleness: expected an integer in [0, 1048576], got -1");
 }
 
 TEST(YamlReader, EditDistanceAndClosestMatch) {

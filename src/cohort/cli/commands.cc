@@ -10,6 +10,7 @@ int jobs_main(int argc, char** argv);
 int cancel_main(int argc, char** argv);
 int logs_main(int argc, char** argv);
 int trace_main(int argc, char** argv);
+int ps_server_main(int argc, char** argv);
 #ifdef COHORT_WITH_TRAINING
 int run_main(int argc, char** argv);
 int worker_main(int argc, char** argv);
@@ -40,6 +41,8 @@ const std::vector<Command>& commands() {
       {"cancel", "cancel a job of cohort serve", cancel_main},
       {"logs", "a run directory's logs merged in time order, or a cohort serve job's", logs_main},
       {"trace", "merge a job's per-rank timelines into one trace.json", trace_main},
+      {"ps-server", "one parameter server of a job (started by run, or on a cluster)",
+       ps_server_main},
   };
   return kCommands;
 }

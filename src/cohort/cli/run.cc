@@ -40,6 +40,7 @@
 #include "cohort/cli/args.h"
 #include "cohort/cli/commands.h"
 #include "cohort/cli/job_files.h"
+#include "cohort/cli/ps_fleet.h"
 #include "cohort/cli/python_launch.h"
 #include "cohort/cli/run_job.h"
 #include "cohort/cli/run_report.h"
@@ -348,6 +349,19 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
       store::is_etcd(local_join) ? "127.0.0.1" : net::Endpoint::parse(local_join).host;
   const WorkerCommand command{
       .executable = self, .join = join, .token = token, .threads = cfg.threads_per_worker};
+  // sync.mode ssp and async: the parameter servers, before the workers that need them.
+  std::unique_ptr<store::Store> ps_store;
+  std::unique_ptr<ServerFleet> servers;
+  if (cfg.sync.uses_servers()) {
+    ps_store = store::connect(local_join, {.token = token});
+    servers = std::make_unique<ServerFleet>(cfg, *ps_store, command, (run_dir / "logs").string(),
+                                            external, events);
+    servers->start();
+    for (int i = 0; external && i < cfg.parameter_servers; ++i) {
+      std::printf("cohort: and server %d: %s\n", i,
+                  servers->external_command(i, settings.token_file).c_str());
+    }
+  }
   // A Python program's env:// rendezvous (torch.distributed's own store).
   std::unique_ptr<TorchRendezvous> rendezvous;
   if (python) rendezvous = std::make_unique<TorchRendezvous>(local_host, 0, cfg.workers);
@@ -539,6 +553,16 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
       if (console) console->monitor().add_worker(r, lost);
     }
     coordinator.expect_joiners(joiners_possible());
+    if (servers) {
+      if (auto why = servers->tick()) {
+        status = "failed";
+        error = *why;
+        break;
+      }
+      if (!joiners_possible() && !coordinator.changing()) {
+        servers->retire_orphans(coordinator.members());
+      }
+    }
     if (group && group->poll() && !coordinator.summaries()) {
       status = "failed";
       error = "mpirun " + group->poll()->describe() +
@@ -601,6 +625,7 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
     if (coordinator.is_lost(r)) w.signal(SIGKILL);
     exits[std::to_string(r)] = w.terminate(std::chrono::seconds(5)).describe();
   }
+  if (servers) servers->stop();
   double wall = std::chrono::duration<double>(Clock::now() - start).count();
 
   json summary;
@@ -624,6 +649,7 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
   summary["workers_lost"] = losses.size();
   summary["restarts"] = restarts;
   summary["membership_epoch"] = coordinator.epoch();
+  if (servers) summary["servers"] = servers->summary();
   if (!coordinator.took_over_from().empty())
     summary["took_over_from"] = coordinator.took_over_from();
   summary["exits"] = exits;

@@ -23,7 +23,7 @@ std::string_view collective_state_name(CollectiveState s) {
 namespace {
 constexpr std::string_view kPhaseNames[] = {"setup",     "data",       "forward",  "backward",
                                             "optimizer", "checkpoint", "evaluate", "done",
-                                            "training",  "averaging"};
+                                            "training",  "averaging", "exchange"};
 }  // namespace
 
 std::string_view phase_name(Phase p) {

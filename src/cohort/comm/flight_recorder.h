@@ -45,6 +45,7 @@ enum class Phase : uint8_t {
   Done = 7,
   Training = 8,   // somewhere in a step of a loop that only reports its step boundaries (Python)
   Averaging = 9,  // local SGD averaging the replicas' models
+  Exchange = 10,  // pushing gradients to the parameter servers and pulling the parameters
 };
 std::string_view phase_name(Phase p);   // "setup" | "data" | "forward" | ... | "averaging"
 Phase parse_phase(std::string_view s);  // Setup for anything unknown

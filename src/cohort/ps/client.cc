@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <set>
 
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
@@ -19,6 +20,8 @@ namespace {
 constexpr Millis kConnectTimeout{1000};
 // How long a request for a shard nobody has initialised yet waits before it is sent again.
 constexpr Millis kNotReadyRetry{20};
+// The largest shard state a snapshot accepts (a server accepts no larger message by default).
+constexpr size_t kMaxStateBytes = size_t{1} << 30;
 
 }  // namespace
 
@@ -136,8 +139,9 @@ Client::Conn& Client::connection(uint32_t shard, Deadline deadline) {
 // refuses it is sent again once a newer view names another; one that is not initialised yet, a
 // little later.
 std::vector<Response> Client::exchange(std::vector<std::optional<Request>> requests,
-                                       const char* what, Deadline deadline) {
+                                       const char* what, Deadline deadline, size_t max_answer) {
   const size_t n = requests.size();
+  if (max_answer == 0) max_answer = layout_.total() * sizeof(float) + (1u << 20);
   std::vector<std::vector<uint8_t>> payloads(n);
   std::vector<std::optional<Response>> answers(n);
   std::vector<bool> in_flight(n, false);
@@ -199,7 +203,7 @@ std::vector<Response> Client::exchange(std::vector<std::optional<Request>> reque
       Conn& c = *conns_.at(s);
       try {
         if (!c.writer.empty()) c.writer.flush(c.sock);
-        if (!c.reader.read(c.sock, layout_.total() * sizeof(float) + (1u << 20))) continue;
+        if (!c.reader.read(c.sock, max_answer)) continue;
         Response r = decode_response(c.reader.take().payload);
         in_flight[s] = false;
         switch (r.status) {
@@ -265,6 +269,8 @@ std::shared_ptr<comm::Work> Client::transfer(const char* what, std::span<const u
       q.push = push;
       q.pull = to_pull;
       q.min_version = o.min_version;
+      q.min_clock = o.min_clock;
+      q.wait_ms = static_cast<uint32_t>(o.wait.count());
       if (s == 0) q.counts = o.counts;  // counted once, on shard 0
       q.counts.epoch = o.counts.epoch;
       for (const auto& p : pieces[s]) q.ranges.push_back(p.range);
@@ -289,6 +295,8 @@ std::shared_ptr<comm::Work> Client::transfer(const char* what, std::span<const u
       seen.min_clock = std::min(seen.min_clock, r.min_clock);
       seen.stopped |= r.stopped;
       seen.duplicates += r.duplicate ? 1 : 0;
+      seen.held = std::max(seen.held, std::chrono::microseconds(r.held_us));
+      seen.reached &= r.reached;
       if (!pull || pieces[s].empty()) continue;
       uint64_t want = 0;
       for (const auto& p : pieces[s]) want += p.range.count;
@@ -371,6 +379,46 @@ std::shared_ptr<comm::Work> Client::control(Control action, uint32_t slot) {
   });
 }
 
+std::shared_ptr<comm::Work> Client::pause(uint32_t slot, std::chrono::milliseconds max_wait) {
+  return submit("pause", [this, slot, max_wait] {
+    const Deadline until = Deadline::after(max_wait);
+    std::vector<uint32_t> known(layout_.servers(), 0);
+    for (;;) {
+      std::vector<std::optional<Request>> requests(layout_.servers());
+      for (int s = 0; s < layout_.servers(); ++s) {
+        requests[s] = Request{.op = Op::kControl,
+                              .shard = static_cast<uint32_t>(s),
+                              .slot = slot,
+                              .action = Control::kPause,
+                              .known = known[s]};
+      }
+      std::set<uint32_t> held, active;
+      const auto answers =
+          exchange(std::move(requests), "pause", Deadline::after(options_.timeout));
+      for (size_t s = 0; s < answers.size(); ++s) {
+        const PauseState p = decode_pause(answers[s].body);
+        held.insert(p.held.begin(), p.held.end());
+        active.insert(p.active.begin(), p.active.end());
+        known[s] = static_cast<uint32_t>(p.held.size());
+      }
+      if (std::includes(held.begin(), held.end(), active.begin(), active.end())) return;
+      if (until.expired()) {
+        const auto missing = std::count_if(active.begin(), active.end(),
+                                           [&](uint32_t a) { return held.count(a) == 0; });
+        spdlog::warn(
+            "{}: evaluating while {} of {} other workers still train (they did not wait "
+            "within {} ms)",
+            options_.name, missing, active.size(), max_wait.count());
+        return;
+      }
+    }
+  });
+}
+
+std::shared_ptr<comm::Work> Client::resume(uint32_t slot) {
+  return control(Control::kResume, slot);
+}
+
 std::vector<ShardStatus> Client::status() {
   std::vector<ShardStatus> out;
   submit("status", [this, &out] {
@@ -393,8 +441,9 @@ std::vector<std::vector<uint8_t>> Client::snapshot() {
     for (int s = 0; s < layout_.servers(); ++s) {
       requests[s] = Request{.op = Op::kSnapshot, .shard = static_cast<uint32_t>(s)};
     }
-    for (Response& r :
-         exchange(std::move(requests), "snapshot", Deadline::after(options_.timeout))) {
+    // A shard's whole state: its parameters, the optimizer's state and the pushes that wait.
+    for (Response& r : exchange(std::move(requests), "snapshot", Deadline::after(options_.timeout),
+                                kMaxStateBytes)) {
       out.push_back(std::move(r.body));
     }
   })->wait();

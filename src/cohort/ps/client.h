@@ -46,7 +46,10 @@ struct PushPullOptions {
   int64_t clock = 0;        // push: this slot's clock (its pushes numbered 0, 1, 2, ...)
   double lr = 0;            // push: the learning rate of this clock's step
   int64_t min_version = 0;  // pull: answered once every shard has reached this version (ssp)
-  SampleCounts counts{};    // push: the samples this clock's step trained
+  int64_t min_clock = 0;    // pull: ... and every slot has pushed every clock below this
+  // pull: answered after this long even if not reached (PullInfo::reached false); 0: no limit
+  std::chrono::milliseconds wait{0};
+  SampleCounts counts{};  // push: the samples this clock's step trained
 };
 
 // What a pull saw, over the shards it touched.
@@ -55,6 +58,10 @@ struct PullInfo {
   int64_t min_clock = 0;  // the lowest clock any slot will push next
   bool stopped = false;   // a worker stopped the job (control kStop)
   int duplicates = 0;     // shards that had this push already (a resend after a failover)
+  // How long the answer waited while another worker evaluated (Client::pause), the longest over
+  // the shards.
+  std::chrono::microseconds held{0};
+  bool reached = true;  // every shard reached min_version and min_clock
 };
 
 class Client {
@@ -83,6 +90,11 @@ class Client {
                                         const PushPullOptions& options, PullInfo* info = nullptr);
   // kStop: every later answer says stopped; kRetire: the slot's clocks no longer count.
   std::shared_ptr<comm::Work> control(Control action, uint32_t slot = 0);
+  // This slot evaluates while the other workers wait: from now on their answers are held by the
+  // servers. Completes once every other worker waits on some server (or after `max_wait`, for a
+  // worker that is gone); resume() lets them go.
+  std::shared_ptr<comm::Work> pause(uint32_t slot, std::chrono::milliseconds max_wait);
+  std::shared_ptr<comm::Work> resume(uint32_t slot);
   // Each shard's status and whole state, from its primary (blocking).
   std::vector<ShardStatus> status();
   std::vector<std::vector<uint8_t>> snapshot();
@@ -96,8 +108,9 @@ class Client {
   void run_loop();
   // Sends each present request to its shard's primary and returns every shard's answer (status
   // ok), following the primaries through views until the deadline.
+  // `max_answer`: the largest answer accepted (0: a pull of the whole table and its header).
   std::vector<Response> exchange(std::vector<std::optional<Request>> requests, const char* what,
-                                 Deadline deadline);
+                                 Deadline deadline, size_t max_answer = 0);
   std::shared_ptr<comm::Work> transfer(const char* what, std::span<const uint64_t> keys,
                                        std::span<const float> values, std::span<float> out,
                                        bool push, bool pull, const PushPullOptions& o,

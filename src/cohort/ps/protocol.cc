@@ -31,7 +31,7 @@ Op checked_op(uint8_t v) {
 void put_push_pull(ByteWriter& w, const Request& q) {
   w.put<uint32_t>(q.slot).put<int64_t>(q.clock).put<double>(q.lr);
   w.put<uint8_t>(static_cast<uint8_t>((q.push ? 1 : 0) | (q.pull ? 2 : 0)));
-  w.put<int64_t>(q.min_version);
+  w.put<int64_t>(q.min_version).put<int64_t>(q.min_clock).put<uint32_t>(q.wait_ms);
   w.put<int64_t>(q.counts.epoch).put<double>(q.counts.samples).put<double>(q.counts.id_sum);
   w.put<double>(q.counts.id_sq_sum);
   w.put<uint32_t>(static_cast<uint32_t>(q.ranges.size()));
@@ -48,6 +48,8 @@ void get_push_pull(ByteReader& r, Request& q) {
   q.push = flags & 1;
   q.pull = flags & 2;
   q.min_version = r.get<int64_t>();
+  q.min_clock = r.get<int64_t>();
+  q.wait_ms = r.get<uint32_t>();
   q.counts.epoch = r.get<int64_t>();
   q.counts.samples = r.get<double>();
   q.counts.id_sum = r.get<double>();
@@ -119,7 +121,7 @@ std::vector<uint8_t> encode_request(const Request& q) {
     case Op::kSnapshot:
       break;
     case Op::kControl:
-      w.put<uint8_t>(static_cast<uint8_t>(q.action)).put<uint32_t>(q.slot);
+      w.put<uint8_t>(static_cast<uint8_t>(q.action)).put<uint32_t>(q.slot).put<uint32_t>(q.known);
       break;
     case Op::kReplicate:
       w.put<uint32_t>(q.from_server);
@@ -154,12 +156,12 @@ Request decode_request(const std::vector<uint8_t>& payload) {
       break;
     case Op::kControl: {
       const auto a = r.get<uint8_t>();
-      if (a != static_cast<uint8_t>(Control::kStop) &&
-          a != static_cast<uint8_t>(Control::kRetire)) {
+      if (a < static_cast<uint8_t>(Control::kStop) || a > static_cast<uint8_t>(Control::kResume)) {
         throw ProtocolError("unknown parameter-server control " + std::to_string(a));
       }
       q.action = static_cast<Control>(a);
       q.slot = r.get<uint32_t>();
+      q.known = r.get<uint32_t>();
       break;
     }
     case Op::kReplicate:
@@ -181,8 +183,9 @@ std::vector<uint8_t> encode_response(const Response& s) {
   ByteWriter w;
   w.put<uint64_t>(s.id).put<uint8_t>(static_cast<uint8_t>(s.status)).put_string(s.message);
   w.put<int64_t>(s.version).put<int64_t>(s.min_clock).put<uint64_t>(s.applied);
-  w.put<uint8_t>(static_cast<uint8_t>((s.stopped ? 1 : 0) | (s.duplicate ? 2 : 0)));
-  w.put<int64_t>(s.view);
+  w.put<uint8_t>(
+      static_cast<uint8_t>((s.stopped ? 1 : 0) | (s.duplicate ? 2 : 0) | (s.reached ? 0 : 4)));
+  w.put<int64_t>(s.view).put<uint64_t>(s.held_us);
   put_blob(w, s.body);
   return w.take();
 }
@@ -203,7 +206,9 @@ Response decode_response(const std::vector<uint8_t>& payload) {
   const auto flags = r.get<uint8_t>();
   s.stopped = flags & 1;
   s.duplicate = flags & 2;
+  s.reached = !(flags & 4);
   s.view = r.get<int64_t>();
+  s.held_us = r.get<uint64_t>();
   s.body = get_blob(r);
   if (!r.done()) throw ProtocolError("trailing bytes after a parameter-server response");
   return s;
@@ -247,6 +252,27 @@ ShardStatus decode_status(const std::vector<uint8_t>& body) {
   }
   for (uint32_t i = 0, n = count(8); i < n; ++i) s.staleness.push_back(r.get<uint64_t>());
   if (!r.done()) throw ProtocolError("trailing bytes after a shard status");
+  return s;
+}
+
+std::vector<uint8_t> encode_pause(const PauseState& s) {
+  ByteWriter w;
+  for (const auto* v : {&s.held, &s.active}) {
+    w.put<uint32_t>(static_cast<uint32_t>(v->size()));
+    for (uint32_t slot : *v) w.put<uint32_t>(slot);
+  }
+  return w.take();
+}
+
+PauseState decode_pause(const std::vector<uint8_t>& body) {
+  ByteReader r(body);
+  PauseState s;
+  for (auto* v : {&s.held, &s.active}) {
+    const auto n = r.get<uint32_t>();
+    if (n > r.remaining() / 4) throw ProtocolError("pause state truncated");
+    for (uint32_t i = 0; i < n; ++i) v->push_back(r.get<uint32_t>());
+  }
+  if (!r.done()) throw ProtocolError("trailing bytes after a pause state");
   return s;
 }
 

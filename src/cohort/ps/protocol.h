@@ -5,16 +5,19 @@
 //     init       range (offset u64, count u64) | kind u8 (0 the f32 parameters, 1 a saved shard
 //                state) | blob (bytes)
 //     push_pull  slot u32 | clock i64 | lr f64 | flags u8 (1 push, 2 pull) | min_version i64 |
+//                min_clock i64 | wait_ms u32 |
 //                counts (epoch i64, samples f64, id_sum f64, id_sq_sum f64) |
 //                range count u32 | ranges... | values (f32 x the ranges' total, push only)
 //     status, snapshot   (nothing)
-//     control    action u8 | slot u32
+//     control    action u8 | slot u32 | known u32
 //     replicate  from_server u32 | inner request (bytes): a request of the kinds above, as the
 //                primary applied it
 //     sync       shard state (bytes): the whole shard, before the first replicate
 //   response = id u64 | status u8 | message | version i64 | min_clock i64 | applied u64 |
-//              flags u8 (1 stopped, 2 duplicate) | view i64 | body (bytes)
-//     body: pull: f32 values; status: slot clocks and sample counts; snapshot: shard state
+//              flags u8 (1 stopped, 2 duplicate, 4 not reached) | view i64 | held_us u64 |
+//              body (bytes)
+//     body: pull: f32 values; status: slot clocks and sample counts; snapshot: shard state;
+//           pause: the held slots and the active ones (encode_slots)
 //
 // Decoders throw ProtocolError on unknown ops, counts that do not match the bytes, truncated
 // payloads and trailing bytes; nothing is allocated beyond what the payload holds. Values are not
@@ -43,6 +46,11 @@ const char* op_name(Op op);
 enum class Control : uint8_t {
   kStop = 1,    // the job reached its goal: every later answer says stopped
   kRetire = 2,  // this slot's worker is gone for good: clocks no longer wait for it
+  // The slot evaluates the model: every other slot's answers wait on this server (answered once
+  // each of them has a request waiting here, or after the failure timeout) until kResume. Not a
+  // change of the shard: not replicated.
+  kPause = 3,
+  kResume = 4,
 };
 
 // Samples a push's step trained (per data epoch), for the count that proves every sample of an
@@ -70,6 +78,11 @@ struct Request {
   double lr = 0;
   bool push = false, pull = false;
   int64_t min_version = 0;
+  // pull: also wait until every slot has pushed below this clock (the end of a job).
+  int64_t min_clock = 0;
+  // pull: answer after this long even if the versions are not reached (then
+  // Response::reached is false); 0: wait as long as it takes.
+  uint32_t wait_ms = 0;
   SampleCounts counts{};
   std::vector<Range> ranges{};
   // push: f32 values, the ranges' in order; into the payload decoded (unaligned there: read them
@@ -77,6 +90,9 @@ struct Request {
   const void* values = nullptr;
   // control
   Control action = Control::kStop;
+  // kPause: the slots the sender saw held here so far; answered once more are (or after a
+  // short while), with the held and the active slots in the body.
+  uint32_t known = 0;
   // replicate
   uint32_t from_server = 0;
 
@@ -99,7 +115,10 @@ struct Response {
   uint64_t applied = 0;
   bool stopped = false;
   bool duplicate = false;
-  int64_t view = 0;  // the server's view
+  bool reached = true;  // a pull's wait was met (false: answered at its wait_ms)
+  int64_t view = 0;     // the server's view
+  // How long the answer was ready but held while another slot evaluated (kPause).
+  uint64_t held_us = 0;
   std::vector<uint8_t> body{};
 };
 
@@ -121,6 +140,13 @@ Request decode_request(const std::vector<uint8_t>& payload);
 std::vector<uint8_t> encode_response(const Response& r);
 Response decode_response(const std::vector<uint8_t>& payload);
 std::vector<uint8_t> encode_status(const ShardStatus& s);
+// A pause's answer: the slots held on this server and those that push at all.
+struct PauseState {
+  std::vector<uint32_t> held, active;
+  bool operator==(const PauseState&) const = default;
+};
+std::vector<uint8_t> encode_pause(const PauseState& s);
+PauseState decode_pause(const std::vector<uint8_t>& body);
 ShardStatus decode_status(const std::vector<uint8_t>& body);
 
 }  // namespace cohort::ps

@@ -411,7 +411,8 @@ void Server::Impl::on_closed(ConnId conn) {
     link_down(server);
     return;
   }
-  // A worker that left: what it waited for is not answered.
+  // A worker that left: what it waited for is not answered, nor does its pause hold any more.
+  if (pause_ && pause_->conns.count(conn)) end_pause();
   for (auto& [s, h] : shards_) {
     for (Waiting& w : h.waiting) {
       if (w.conn == conn) w.conn = 0;
@@ -422,11 +423,24 @@ void Server::Impl::on_closed(ConnId conn) {
 Deadline Server::Impl::next_deadline() {
   Deadline d = Deadline::never();
   for (const auto& [s, l] : links_) d = d.earlier(l.retry_at);
+  if (pause_) {
+    for (const auto& a : pause_->asks) d = d.earlier(a.answer_by);
+  }
+  for (const auto& [s, h] : shards_) {
+    for (const Waiting& w : h.waiting) d = d.earlier(w.answer_by);
+  }
   return d;
 }
 
 void Server::Impl::on_tick() {
   join_connectors(false);
+  check_pause();
+  for (auto& [s, h] : shards_) {
+    const bool due = std::any_of(h.waiting.begin(), h.waiting.end(), [](const Waiting& w) {
+      return w.pull && !w.pulled && w.answer_by.expired();
+    });
+    if (due) resolve(h);
+  }
   for (auto& [server, l] : links_) {
     if (l.conn || l.connecting || !l.retry_at.expired()) continue;
     bool needed = false;

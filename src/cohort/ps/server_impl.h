@@ -48,8 +48,13 @@ class Server::Impl : public net::FrameServer::Handler {
     Response response;
     uint64_t fwd = 0;  // 0: nothing to wait for
     bool pull = false, pulled = false;
+    // A worker's push_pull, whose answer waits while another slot evaluates (a pause).
+    bool holdable = false;
+    std::optional<Clock::time_point> held_since;
     uint32_t slot = 0;
     int64_t min_version = 0;
+    int64_t min_clock = 0;
+    Deadline answer_by = Deadline::never();  // a pull's wait_ms
     std::vector<Range> ranges;
   };
   // A change forwarded (or to be forwarded) to the backup, in order; a sync carries the whole
@@ -75,6 +80,20 @@ class Server::Impl : public net::FrameServer::Handler {
     std::optional<ConnId> conn;
     bool connecting = false;
     Deadline retry_at = Deadline::never();
+  };
+  // Another slot's answers wait while `slot` evaluates (Control::kPause).
+  struct Pause {
+    uint32_t slot = 0;
+    // Pause requests not yet answered: each waits for more held slots than it knew of, or a
+    // short while (the pausing worker asks again).
+    struct Ask {
+      ConnId conn = 0;
+      Response response;
+      uint32_t known = 0;
+      Deadline answer_by = Deadline::never();
+    };
+    std::vector<Ask> asks;
+    std::set<ConnId> conns;  // the pausing worker's connections
   };
   // A thread that makes a link (connect and handshake block).
   struct Connector {
@@ -104,6 +123,10 @@ class Server::Impl : public net::FrameServer::Handler {
   // when it was answered already (an error, status, snapshot).
   std::optional<Waiting> apply(uint32_t shard, Held& h, const Request& q, Response& r);
   void resolve(Held& h);
+  void handle_pause(ConnId conn, const Request& q);
+  // Answers the pause requests once every other active slot waits here (or at the deadline).
+  void check_pause();
+  void end_pause();
   void answer(ConnId conn, const Response& r);
   Response base_response(const Request& q, const Held* h) const;
   std::vector<uint8_t> status_body(const Shard& s) const;
@@ -122,6 +145,7 @@ class Server::Impl : public net::FrameServer::Handler {
   std::map<ConnId, int> link_conns_;  // an adopted link's connection -> server index
   std::map<ConnId, std::string> peers_;
   std::set<ConnId> busy_;  // workers' connections with a request in flight
+  std::optional<Pause> pause_;
   uint64_t next_fwd_ = 1;  // forwards' ids, across shards (a backup acknowledges by id)
 
   // Between threads.

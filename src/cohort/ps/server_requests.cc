@@ -1,6 +1,7 @@
 // A parameter server's requests (server.h): the workers' on the primary, the primary's
 // replication stream on the backup. Both go through apply() and resolve(), so that primary and
 // backup change their shards the same way.
+#include <algorithm>
 #include <cstring>
 
 #include "cohort/base/error.h"
@@ -8,6 +9,12 @@
 #include "cohort/ps/server_impl.h"
 
 namespace cohort::ps {
+namespace {
+
+// How long a pause request waits for another slot to be held before it is answered anyway.
+constexpr Millis kPauseAsk{50};
+
+}  // namespace
 
 void Server::Impl::on_frame(ConnId conn, net::Frame f) {
   if (link_conns_.count(conn)) {  // a link to a backup: its acknowledgements
@@ -59,6 +66,9 @@ void Server::Impl::handle_request(ConnId conn, const Request& q,
                                    " in view " + std::to_string(view_.number);
     return answer(conn, r);
   }
+  if (q.op == Op::kControl && (q.action == Control::kPause || q.action == Control::kResume)) {
+    return handle_pause(conn, q);
+  }
   std::optional<Waiting> w = apply(q.shard, h, q, r);
   if (!w) return answer(conn, r);
   w->conn = conn;
@@ -109,18 +119,24 @@ std::optional<Server::Impl::Waiting> Server::Impl::apply(uint32_t shard, Held& h
         if (q.push) {
           r.duplicate = !h.shard->push(q.slot, q.clock, q.lr, q.ranges, q.values, q.counts);
         }
-        return Waiting{.response = r,
-                       .pull = q.pull,
-                       .slot = q.slot,
-                       .min_version = q.min_version,
-                       .ranges = q.ranges};
+        return Waiting{
+            .response = r,
+            .pull = q.pull,
+            .holdable = true,
+            .slot = q.slot,
+            .min_version = q.min_version,
+            .min_clock = q.min_clock,
+            .answer_by = q.wait_ms > 0 ? Deadline::after(Millis(q.wait_ms)) : Deadline::never(),
+            .ranges = q.ranges};
       }
       case Op::kControl:
         if (!h.shard) throw Error("shard " + std::to_string(shard) + " has no parameters yet");
         if (q.action == Control::kStop) {
           h.shard->stop();
-        } else {
+        } else if (q.action == Control::kRetire) {
           h.shard->retire(q.slot);
+        } else {
+          throw ProtocolError("a pause is not a change of a shard");
         }
         return Waiting{.response = base_response(q, &h)};
       case Op::kStatus:
@@ -152,9 +168,13 @@ std::optional<Server::Impl::Waiting> Server::Impl::apply(uint32_t shard, Held& h
 void Server::Impl::resolve(Held& h) {
   for (auto it = h.waiting.begin(); it != h.waiting.end();) {
     Waiting& w = *it;
-    if (w.pull && !w.pulled && h.shard &&
-        (h.shard->version() >= w.min_version || h.shard->stopped())) {
-      h.shard->note_read(w.slot);
+    const bool reached =
+        h.shard && ((h.shard->version() >= w.min_version && h.shard->min_clock() >= w.min_clock) ||
+                    h.shard->stopped());
+    if (w.pull && !w.pulled && h.shard && (reached || w.answer_by.expired())) {
+      // A read that did not wait for what it asked is an answer, not a read the slot computes on.
+      if (reached) h.shard->note_read(w.slot);
+      w.response.reached = reached;
       w.pulled = true;
       if (w.conn != 0) {
         Response& r = w.response;
@@ -169,13 +189,80 @@ void Server::Impl::resolve(Held& h) {
       }
     }
     const bool replicated = w.fwd == 0 || w.fwd <= h.acked_upto;
-    if (replicated && (!w.pull || w.pulled)) {
-      if (w.conn != 0) answer(w.conn, w.response);
-      it = h.waiting.erase(it);
-    } else {
+    if (!replicated || (w.pull && !w.pulled)) {
       ++it;
+      continue;
+    }
+    if (w.conn != 0 && w.holdable && pause_ && w.slot != pause_->slot) {
+      if (!w.held_since) w.held_since = Clock::now();  // another slot evaluates: wait
+      ++it;
+      continue;
+    }
+    if (w.conn != 0) {
+      if (w.held_since) {
+        w.response.held_us = static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - *w.held_since)
+                .count());
+      }
+      answer(w.conn, w.response);
+    }
+    it = h.waiting.erase(it);
+  }
+  if (pause_) check_pause();
+}
+
+void Server::Impl::handle_pause(ConnId conn, const Request& q) {
+  Response r{.id = q.id, .view = view_.number};
+  if (q.action == Control::kResume) {
+    if (pause_ && pause_->slot == q.slot) end_pause();
+    return answer(conn, r);
+  }
+  if (pause_ && pause_->slot != q.slot) {
+    r.status = Status::kError;
+    r.message = "slot " + std::to_string(pause_->slot) + " holds a pause already";
+    return answer(conn, r);
+  }
+  if (!pause_) pause_ = Pause{.slot = q.slot};
+  pause_->asks.push_back({conn, r, q.known, Deadline::after(kPauseAsk)});
+  pause_->conns.insert(conn);
+  busy_.insert(conn);
+  check_pause();
+}
+
+// A slot is held when a request of it waits here; the pausing worker gathers the held slots of
+// every server (a worker whose answer is held by any one server is waiting).
+void Server::Impl::check_pause() {
+  if (!pause_ || pause_->asks.empty()) return;
+  std::set<uint32_t> active, held;
+  for (const auto& [s, h] : shards_) {
+    if (!h.shard) continue;
+    const auto clocks = h.shard->slot_clocks();
+    for (size_t slot = 0; slot < clocks.size(); ++slot) {
+      if (clocks[slot] >= 0 && slot != pause_->slot) active.insert(static_cast<uint32_t>(slot));
+    }
+    for (const Waiting& w : h.waiting) {
+      if (w.conn != 0 && w.holdable) held.insert(w.slot);
     }
   }
+  const bool all = std::includes(held.begin(), held.end(), active.begin(), active.end());
+  const std::vector<uint8_t> body =
+      encode_pause({.held = {held.begin(), held.end()}, .active = {active.begin(), active.end()}});
+  std::vector<Pause::Ask> still;
+  for (Pause::Ask& a : pause_->asks) {
+    if (!all && held.size() <= a.known && !a.answer_by.expired()) {
+      still.push_back(std::move(a));
+      continue;
+    }
+    a.response.body = body;
+    answer(a.conn, a.response);
+  }
+  pause_->asks = std::move(still);
+}
+
+void Server::Impl::end_pause() {
+  for (auto& a : pause_->asks) answer(a.conn, a.response);
+  pause_.reset();
+  for (auto& [s, h] : shards_) resolve(h);
 }
 
 // The backup's side of a link: the primary's changes, in its order, or the whole shard.

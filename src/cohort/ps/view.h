@@ -18,6 +18,8 @@
 //   ps/synced/<shard>/<inc>  server process <inc> holds shard <shard>'s state (a new backup)
 //   ps/view/<n>              view n (JSON), n = 1, 2, ...
 //   ps/view_latest           the newest n
+//   ps/slot/<slot>           the job rank of the worker that trains slot <slot> (its data shard
+//                            and its clock); a replacement takes over a slot whose worker is gone
 #pragma once
 
 #include <chrono>
@@ -49,6 +51,9 @@ inline std::string synced(uint32_t shard, uint64_t incarnation) {
 }
 inline std::string view(int64_t n) {
   return "ps/view/" + std::to_string(n);
+}
+inline std::string slot(int s) {
+  return "ps/slot/" + std::to_string(s);
 }
 }  // namespace keys
 

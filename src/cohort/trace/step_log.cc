@@ -12,18 +12,20 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 json to_json(const StepRecord& r) {
-  return {{"type", "step"},
-          {"step", r.step},
-          {"epoch", r.epoch},
-          {"world", r.world},
-          {"end_us", r.end_us},
-          {"data_s", r.data_s},
-          {"compute_s", r.compute_s},
-          {"sync_s", r.sync_s},
-          {"ready_us", r.ready_us},
-          {"sent_bytes", r.sent_bytes},
-          {"collective_us", r.collective_us},
-          {"collective_wait_us", r.collective_wait_us}};
+  json j = {{"type", "step"},
+            {"step", r.step},
+            {"epoch", r.epoch},
+            {"world", r.world},
+            {"end_us", r.end_us},
+            {"data_s", r.data_s},
+            {"compute_s", r.compute_s},
+            {"sync_s", r.sync_s},
+            {"ready_us", r.ready_us},
+            {"sent_bytes", r.sent_bytes},
+            {"collective_us", r.collective_us},
+            {"collective_wait_us", r.collective_wait_us}};
+  if (r.staleness >= 0) j["staleness"] = r.staleness;
+  return j;
 }
 
 StepRecord step_from_json(const json& j) {
@@ -37,7 +39,8 @@ StepRecord step_from_json(const json& j) {
           .ready_us = j.value("ready_us", int64_t{0}),
           .sent_bytes = j.value("sent_bytes", uint64_t{0}),
           .collective_us = j.value("collective_us", int64_t{0}),
-          .collective_wait_us = j.value("collective_wait_us", int64_t{0})};
+          .collective_wait_us = j.value("collective_wait_us", int64_t{0}),
+          .staleness = j.value("staleness", int64_t{-1})};
 }
 
 json to_json(const RankHeader& h) {

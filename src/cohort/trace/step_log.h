@@ -37,6 +37,9 @@ struct StepRecord {
   uint64_t sent_bytes = 0;         // bytes this rank's collectives of the step sent
   int64_t collective_us = 0;       // their summed duration (started to finished)
   int64_t collective_wait_us = 0;  // of which blocked waiting for peers' bytes
+  // Self-paced modes (ssp, async): how many clocks the parameters this step used lagged its own
+  // (the step's clock minus the slowest worker's clock they held); -1 in the other modes.
+  int64_t staleness = -1;
   double busy_s() const { return data_s + compute_s; }
   double step_s() const { return data_s + compute_s + sync_s; }
 };

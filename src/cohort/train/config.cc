@@ -8,24 +8,21 @@
 #include <sstream>
 
 #include "cohort/base/error.h"
-#include "cohort/store/etcd_store.h"
-#include "cohort/train/idx.h"
 #include "cohort/base/yaml_reader.h"
+#include "cohort/store/etcd_store.h"
+#include "cohort/train/config_reading.h"
+#include "cohort/train/idx.h"
 
 namespace cohort::train {
-namespace {
 
-constexpr int64_t kMaxInt = std::numeric_limits<int64_t>::max();
-constexpr double kInf = std::numeric_limits<double>::infinity();
-// Synthetic data lives in memory as float32: cap it at 2^28 values (1 GiB).
-constexpr int64_t kMaxSyntheticValues = int64_t{1} << 28;
+namespace config_detail {
 
 const Schema& schema() {
   static const Schema s = {
       {"",
-       {"name", "workers", "threads_per_worker", "model", "data", "train", "comm", "sync",
-        "checkpoint", "elastic", "dashboard", "coordinator", "faults", "debug", "trace",
-        "program"}},
+       {"name", "workers", "parameter_servers", "threads_per_worker", "model", "data", "train",
+        "comm", "sync", "checkpoint", "elastic", "dashboard", "coordinator", "faults", "debug",
+        "trace", "program"}},
       {"model", {"name", "memory_format"}},
       {"data", {"name", "path", "samples", "shape", "classes"}},
       {"train",
@@ -39,7 +36,9 @@ const Schema& schema() {
       {"comm.int8", {"chunk", "stochastic_rounding"}},
       {"comm.topk", {"ratio", "warmup_steps"}},
       {"comm.powersgd", {"rank", "warmup_steps"}},
-      {"sync", {"mode", "balance", "period", "warmup_steps", "outer_optimizer"}},
+      {"sync",
+       {"mode", "balance", "period", "warmup_steps", "outer_optimizer", "staleness", "lr_scale",
+        "delay_compensation"}},
       {"sync.outer_optimizer", {"name", "lr", "momentum"}},
       {"checkpoint", {"every_steps", "keep"}},
       {"elastic",
@@ -57,20 +56,14 @@ const Schema& schema() {
   return s;
 }
 
-template <typename E>
-std::vector<std::string> names(std::initializer_list<E> all, std::string_view (*name)(E)) {
-  std::vector<std::string> out;
-  for (E e : all) out.emplace_back(name(e));
-  return out;
-}
+}  // namespace config_detail
 
-template <typename E>
-E parse_enum(const std::string& s, std::initializer_list<E> all, std::string_view (*name)(E)) {
-  for (E e : all) {
-    if (name(e) == s) return e;
-  }
-  throw ConfigError("internal: unchecked choice " + s);  // get_choice() checked it
-}
+using namespace config_detail;
+
+namespace {
+
+// Synthetic data lives in memory as float32: cap it at 2^28 values (1 GiB).
+constexpr int64_t kMaxSyntheticValues = int64_t{1} << 28;
 
 constexpr auto kModels = {ModelKind::Mlp, ModelKind::Cnn, ModelKind::ResNet};
 constexpr auto kMemoryFormats = {MemoryFormat::Auto, MemoryFormat::ChannelsLast,
@@ -78,11 +71,6 @@ constexpr auto kMemoryFormats = {MemoryFormat::Auto, MemoryFormat::ChannelsLast,
 constexpr auto kDatasets = {DatasetKind::FashionMnist, DatasetKind::Mnist, DatasetKind::Synthetic};
 constexpr auto kOptimizers = {OptimizerKind::Sgd, OptimizerKind::Adam};
 constexpr auto kScalings = {LrScaling::None, LrScaling::Linear};
-constexpr auto kSyncKinds = {SyncKind::AllReduce, SyncKind::LocalSgd};
-constexpr auto kOuterOptimizers = {OuterOptimizerKind::None, OuterOptimizerKind::Sgd,
-                                   OuterOptimizerKind::Nesterov};
-constexpr auto kFaultKinds = {FaultKind::Kill, FaultKind::Hang, FaultKind::Slow,
-                              FaultKind::Disconnect, FaultKind::Stragglers};
 const std::vector<std::string> kAlgorithms = {"auto", "ring", "halving_doubling",
                                               "recursive_doubling", "hierarchical"};
 const std::vector<std::string> kTransports = {"auto", "tcp", "shm"};
@@ -98,13 +86,6 @@ bool is_dir(const std::string& path) {
 std::string default_data_path(DatasetKind k) {
   return k == DatasetKind::Mnist ? "/usr/share/datasets/mnist"
                                  : "/usr/share/datasets/fashion-mnist";
-}
-
-// A key that only applies to some settings of another key must not be silently ignored.
-void reject_if_present(const YamlReader& r, const YAML::Node& map, const std::string& path,
-                       const std::string& why) {
-  YAML::Node n = YamlReader::child(map, path);
-  if (n.IsDefined()) r.fail(path, n, "does not apply " + why);
 }
 
 void read_data(const YamlReader& r, const YAML::Node& root, const LoadOptions& opt, DataConfig& d) {
@@ -305,48 +286,6 @@ void read_compression(const YamlReader& r, const YAML::Node& comm, CommConfig& c
   }
 }
 
-// sync: the mode and the keys of that mode; another mode's keys are errors.
-void read_sync(const YamlReader& r, const YAML::Node& root, SyncConfig& s) {
-  YAML::Node m = r.section(root, "sync");
-  if (auto v = r.get_choice(m, "sync.mode", names(kSyncKinds, sync_kind_name))) {
-    s.mode = parse_enum(*v, kSyncKinds, sync_kind_name);
-  }
-  if (auto v = r.get_choice(m, "sync.balance", {"off", "auto"})) s.balance = *v == "auto";
-  if (s.mode != SyncKind::LocalSgd) {
-    const std::string when = "when sync.mode is " + std::string(sync_kind_name(s.mode));
-    for (const char* key : {"sync.period", "sync.warmup_steps", "sync.outer_optimizer"}) {
-      reject_if_present(r, m, key, when + " (only to local_sgd)");
-    }
-    return;
-  }
-  if (auto v = r.get_int(m, "sync.period", 1, 1 << 20, "an integer in [1, 1048576]")) {
-    s.period = *v;
-  }
-  if (auto v = r.get_int(m, "sync.warmup_steps", 0, kMaxInt, "a non-negative integer")) {
-    s.warmup_steps = *v;
-  }
-  YAML::Node o = r.section(m, "sync.outer_optimizer");
-  OuterOptimizerConfig& outer = s.outer_optimizer;
-  if (auto v = r.get_choice(o, "sync.outer_optimizer.name",
-                            names(kOuterOptimizers, outer_optimizer_name))) {
-    outer.name = parse_enum(*v, kOuterOptimizers, outer_optimizer_name);
-  }
-  if (outer.name == OuterOptimizerKind::None) {
-    for (const char* key : {"sync.outer_optimizer.lr", "sync.outer_optimizer.momentum"}) {
-      reject_if_present(r, o, key, "when sync.outer_optimizer.name is none");
-    }
-    return;
-  }
-  if (auto v =
-          r.get_number(o, "sync.outer_optimizer.lr", 0, true, 100, false, "a number in (0, 100]")) {
-    outer.lr = *v;
-  }
-  if (auto v = r.get_number(o, "sync.outer_optimizer.momentum", 0, false, 1, true,
-                            "a number in [0, 1)")) {
-    outer.momentum = *v;
-  }
-}
-
 // A `dashboard:` section (even an empty one) turns the console on unless it says enabled: false.
 void read_dashboard(const YamlReader& r, const YAML::Node& root, DashboardConfig& d) {
   if (!YamlReader::child(root, "dashboard").IsDefined()) return;
@@ -359,95 +298,6 @@ void read_dashboard(const YamlReader& r, const YAML::Node& root, DashboardConfig
     d.bind = *s;
   }
   if (auto v = r.get_int(m, "dashboard.port", 0, 65535, "a port number in [0, 65535]")) d.port = *v;
-}
-
-// seconds, factor and every: which apply, and which a kind needs, depend on the kind.
-void read_fault_amounts(const YamlReader& r, const YAML::Node& m, const std::string& at,
-                        const std::string& when, FaultConfig& f) {
-  const bool slow = f.kind == FaultKind::Slow, stragglers = f.kind == FaultKind::Stragglers;
-  const char* factor_range = "a number in (1, 1000]";
-  if (slow || stragglers) {
-    if (auto v = r.get_number(m, at + ".factor", 1, true, 1000, false, factor_range)) {
-      f.factor = *v;
-    }
-  } else {
-    reject_if_present(r, m, at + ".factor", when + " (only to slow and stragglers)");
-  }
-  if (stragglers) {
-    auto every = r.get_int(m, at + ".every", 1, 1 << 20, "an integer in [1, 1048576]");
-    if (!every || f.factor == 0) {
-      r.fail(at, m, "a stragglers fault needs every (the window in steps) and factor");
-    }
-    f.every = *every;
-  } else {
-    reject_if_present(r, m, at + ".every", when + " (only to stragglers)");
-  }
-  if (slow) {
-    if (auto s = r.get_number(m, at + ".seconds", 0, true, 3600, false,
-                              "a number of seconds in (0, 3600]")) {
-      if (f.factor > 0)
-        r.fail(at + ".seconds", YamlReader::child(m, at + ".seconds"),
-               "a slow fault takes seconds or factor, not both");
-      f.seconds = *s;
-    } else if (f.factor == 0) {
-      r.fail(at, m,
-             "a slow fault needs seconds (the time each step takes longer) or factor (how many "
-             "times its compute each step takes)");
-    }
-  } else if (f.kind == FaultKind::Hang) {
-    if (auto s = r.get_number(m, at + ".seconds", 0, false, 86400, false,
-                              "a number of seconds in [0, 86400] (0: for good)")) {
-      f.seconds = *s;
-    }
-  } else {
-    reject_if_present(r, m, at + ".seconds", when + " (only to slow and hang)");
-  }
-}
-
-// faults: a list of maps; element i's keys are named faults[i].key in errors.
-void read_faults(const YamlReader& r, const YAML::Node& root, int64_t workers,
-                 std::vector<FaultConfig>& out) {
-  YAML::Node list = YamlReader::child(root, "faults");
-  if (!list.IsDefined() || list.IsNull()) return;
-  if (!list.IsSequence()) {
-    r.fail("faults", list, "expected a list of faults, got " + YamlReader::describe(list));
-  }
-  const std::vector<std::string>& allowed = schema().at("faults[]");
-  for (size_t i = 0; i < list.size(); ++i) {
-    const std::string at = "faults[" + std::to_string(i) + "]";
-    YAML::Node m = list[i];
-    if (!m.IsMap())
-      r.fail(at, m,
-             "expected a map {kind, rank, at_step, seconds, factor, every}, got " +
-                 YamlReader::describe(m));
-    for (auto it = m.begin(); it != m.end(); ++it) {
-      const std::string key = it->first.IsScalar() ? it->first.Scalar() : "?";
-      if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
-        auto near = closest_match(key, allowed);
-        r.fail(at + "." + key, it->first,
-               "unknown key" + (near ? "; did you mean '" + *near + "'?" : std::string()));
-      }
-    }
-    FaultConfig f;
-    auto kind = r.get_choice(m, at + ".kind", names(kFaultKinds, fault_kind_name));
-    if (!kind) r.fail(at, m, "a fault needs a kind (kill, hang, slow, disconnect or stragglers)");
-    f.kind = parse_enum(*kind, kFaultKinds, fault_kind_name);
-    const std::string when = "when the kind is " + *kind;
-    if (f.kind == FaultKind::Stragglers) {
-      reject_if_present(r, m, at + ".rank", when + " (the worker is chosen at random)");
-    } else {
-      auto rank = r.get_int(m, at + ".rank", 0, workers - 1,
-                            "a rank in [0, " + std::to_string(workers - 1) + "] (workers is " +
-                                std::to_string(workers) + ")");
-      if (!rank) r.fail(at, m, "a fault needs the rank it happens on");
-      f.rank = *rank;
-    }
-    if (auto v = r.get_int(m, at + ".at_step", 0, kMaxInt, "a non-negative integer")) {
-      f.at_step = *v;
-    }
-    read_fault_amounts(r, m, at, when, f);
-    out.push_back(f);
-  }
 }
 
 void read_debug(const YamlReader& r, const YAML::Node& root, DebugConfig& d) {
@@ -569,7 +419,7 @@ JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
     c.comm.timeout_s = *v;
   }
   read_compression(r, comm, c.comm);
-  read_sync(r, root, c.sync);
+  read_sync(r, root, c);
   YAML::Node ckpt = r.section(root, "checkpoint");
   if (auto v = r.get_int(ckpt, "checkpoint.every_steps", 0, kMaxInt, "a non-negative integer")) {
     c.checkpoint.every_steps = *v;
@@ -660,7 +510,21 @@ std::string_view fault_kind_name(FaultKind k) {
 }
 
 std::string_view sync_kind_name(SyncKind k) {
-  return k == SyncKind::LocalSgd ? "local_sgd" : "allreduce";
+  switch (k) {
+    case SyncKind::AllReduce:
+      return "allreduce";
+    case SyncKind::LocalSgd:
+      return "local_sgd";
+    case SyncKind::Ssp:
+      return "ssp";
+    case SyncKind::Async:
+      return "async";
+  }
+  return "?";
+}
+
+std::string_view lr_scale_name(LrScale s) {
+  return s == LrScale::InverseStaleness ? "inverse_staleness" : "none";
 }
 
 std::string_view outer_optimizer_name(OuterOptimizerKind k) {

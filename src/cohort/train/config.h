@@ -20,7 +20,8 @@ enum class DatasetKind { FashionMnist, Mnist, Synthetic };
 enum class OptimizerKind { Sgd, Adam };
 enum class LrScaling { None, Linear };
 enum class MemoryFormat { Auto, ChannelsLast, Contiguous };
-enum class SyncKind { AllReduce, LocalSgd };
+enum class SyncKind { AllReduce, LocalSgd, Ssp, Async };
+enum class LrScale { None, InverseStaleness };
 enum class OuterOptimizerKind { None, Sgd, Nesterov };
 
 std::string_view model_kind_name(ModelKind k);          // "mlp" | "cnn" | "resnet"
@@ -28,7 +29,8 @@ std::string_view dataset_kind_name(DatasetKind k);      // "fashion-mnist" | "mn
 std::string_view optimizer_kind_name(OptimizerKind k);  // "sgd" | "adam"
 std::string_view lr_scaling_name(LrScaling s);          // "none" | "linear"
 std::string_view memory_format_name(MemoryFormat f);    // "auto" | "channels_last" | "contiguous"
-std::string_view sync_kind_name(SyncKind k);            // "allreduce" | "local_sgd"
+std::string_view sync_kind_name(SyncKind k);  // "allreduce" | "local_sgd" | "ssp" | "async"
+std::string_view lr_scale_name(LrScale s);    // "none" | "inverse_staleness"
 std::string_view outer_optimizer_name(OuterOptimizerKind k);  // "none" | "sgd" | "nesterov"
 
 // memory_format: the layout of 4-D parameters and activations. auto is channels_last for models
@@ -122,12 +124,20 @@ struct OuterOptimizerConfig {
 // balance (auto): each worker's share of the global batch follows its measured speed (its busy
 // time per step, re-measured at every commit), so that a persistent straggler costs only its own
 // share.
+//   ssp: parameter servers (JobConfig::parameter_servers) hold the model and apply the optimizer;
+//     each worker pushes its gradients and pulls the parameters, and runs at most `staleness`
+//     steps ahead of the slowest. async: no bound. Either may correct stale gradients:
+//     lr_scale inverse_staleness (1 / staleness) or delay_compensation lambda (DC-ASGD).
 struct SyncConfig {
   SyncKind mode = SyncKind::AllReduce;
   bool balance = false;
   int64_t period = 8;
   int64_t warmup_steps = 0;
   OuterOptimizerConfig outer_optimizer;
+  int64_t staleness = 3;
+  LrScale lr_scale = LrScale::None;
+  double delay_compensation = 0;
+  bool uses_servers() const { return mode == SyncKind::Ssp || mode == SyncKind::Async; }
   bool operator==(const SyncConfig&) const = default;
 };
 
@@ -215,6 +225,8 @@ struct ProgramConfig {
 struct JobConfig {
   std::string name = "cohort-job";
   int64_t workers = 1;
+  // Parameter-server processes (sync.mode ssp and async; 0 otherwise).
+  int64_t parameter_servers = 0;
   int64_t threads_per_worker = 1;
   ModelConfig model;
   DataConfig data;

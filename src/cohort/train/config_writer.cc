@@ -12,6 +12,9 @@ std::string to_yaml(const JobConfig& c) {
   out << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << c.name;
   out << YAML::Key << "workers" << YAML::Value << c.workers;
+  if (c.sync.uses_servers()) {
+    out << YAML::Key << "parameter_servers" << YAML::Value << c.parameter_servers;
+  }
   out << YAML::Key << "threads_per_worker" << YAML::Value << c.threads_per_worker;
   out << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << std::string(model_kind_name(c.model.name));
@@ -99,6 +102,13 @@ std::string to_yaml(const JobConfig& c) {
       num("momentum", o.momentum);
     }
     out << YAML::EndMap;
+  }
+  if (c.sync.uses_servers()) {
+    if (c.sync.mode == SyncKind::Ssp) {
+      out << YAML::Key << "staleness" << YAML::Value << c.sync.staleness;
+    }
+    out << YAML::Key << "lr_scale" << YAML::Value << std::string(lr_scale_name(c.sync.lr_scale));
+    num("delay_compensation", c.sync.delay_compensation);
   }
   out << YAML::EndMap;
   out << YAML::Key << "checkpoint" << YAML::Value << YAML::BeginMap;

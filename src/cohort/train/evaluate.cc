@@ -7,13 +7,14 @@
 
 namespace cohort::train {
 
-Evaluation evaluate(Model& model, const Dataset& test, comm::Communicator& comm) {
+namespace {
+
+// Correct predictions, examples and loss sum over test examples first, first + step, ...
+void accumulate(Model& model, const Dataset& test, int64_t first, int64_t step, double sums[3]) {
   torch::NoGradGuard no_grad;
   model.eval();
-  double sums[3] = {0, 0, 0};  // correct, count, loss sum
-  const int64_t n = test.size(), world = comm.size();
   std::vector<int64_t> idx;
-  for (int64_t i = comm.rank(); i < n; i += world) idx.push_back(i);
+  for (int64_t i = first; i < test.size(); i += step) idx.push_back(i);
   const size_t chunk = 1000;
   for (size_t off = 0; off < idx.size(); off += chunk) {
     std::vector<int64_t> part(idx.begin() + off, idx.begin() + std::min(idx.size(), off + chunk));
@@ -26,9 +27,26 @@ Evaluation evaluate(Model& model, const Dataset& test, comm::Communicator& comm)
             logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
             .item<double>();
   }
-  comm.allreduce(Buffer{DType::F64, sums, 3}, {.op = comm::ReduceOp::Sum})->wait();
   model.train();
+}
+
+Evaluation result(const double sums[3]) {
   return {sums[1] > 0 ? sums[0] / sums[1] : 0, sums[1] > 0 ? sums[2] / sums[1] : 0};
+}
+
+}  // namespace
+
+Evaluation evaluate(Model& model, const Dataset& test, comm::Communicator& comm) {
+  double sums[3] = {0, 0, 0};  // correct, count, loss sum
+  accumulate(model, test, comm.rank(), comm.size(), sums);
+  comm.allreduce(Buffer{DType::F64, sums, 3}, {.op = comm::ReduceOp::Sum})->wait();
+  return result(sums);
+}
+
+Evaluation evaluate(Model& model, const Dataset& test) {
+  double sums[3] = {0, 0, 0};
+  accumulate(model, test, 0, 1, sums);
+  return result(sums);
 }
 
 }  // namespace cohort::train

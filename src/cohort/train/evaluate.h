@@ -15,5 +15,7 @@ struct Evaluation {
 // Rank r evaluates test examples r, r+W, r+2W, ... with its own model; correct counts and loss
 // sums are added up over the ranks (one allreduce), so every rank gets the same result.
 Evaluation evaluate(Model& model, const Dataset& test, comm::Communicator& comm);
+// Every test example, by this process alone.
+Evaluation evaluate(Model& model, const Dataset& test);
 
 }  // namespace cohort::train

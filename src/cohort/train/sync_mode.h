@@ -8,6 +8,9 @@
 //                      bitwise equal
 //   local_sgd_mode.cc  each worker steps on its own gradients; the models are averaged every
 //                      sync.period steps (post-local SGD), optionally through an outer optimizer
+//   server_mode.cc     ssp and async: parameter servers hold the model; each worker pushes its
+//                      gradients and pulls the parameters at its own pace (server_mode.h). The
+//                      loop then runs each worker at its own clock (trainer.cc)
 //
 // A mode is made for one membership epoch (its communicator) and may keep state across epochs
 // and checkpoints through save_state()/load_state(). The loop commits (snapshots) only where the
@@ -46,6 +49,9 @@ struct ModeParts {
 struct StepSync {
   double wait_s = 0;      // time blocked on the exchange (DDP's wait, an averaging)
   int64_t synced_us = 0;  // when the gradients (or models) were in (comm::now_us())
+  // Time blocked while another worker evaluated the model (parameter servers): neither training
+  // nor exchange.
+  double held_s = 0;
 };
 
 class SyncMode {

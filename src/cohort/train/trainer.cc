@@ -34,6 +34,10 @@ Trainer::Trainer(TrainerContext& ctx)
       max_steps_(cfg_.train.max_steps > 0 ? cfg_.train.max_steps
                                           : std::numeric_limits<int64_t>::max()),
       status_(ctx.report_status, recorder_, static_cast<size_t>(cfg_.debug.straggler_window)) {
+  if (cfg_.sync.uses_servers()) {
+    servers_ = std::make_unique<ServerWorker>(cfg_, ctx_.store, ctx_.token, job_rank_,
+                                              [this] { return ctx_.agent.change_requested(); });
+  }
   if (!ctx_.run_dir.empty()) {
     const std::filesystem::path dir(ctx_.run_dir);
     checkpoints_ = std::make_unique<CheckpointDir>(dir / "checkpoints", cfg_.checkpoint.keep);
@@ -43,6 +47,7 @@ Trainer::Trainer(TrainerContext& ctx)
 }
 
 void Trainer::take_snapshot(int world) {
+  if (servers_) return;  // the parameter servers hold the state; nothing is rolled back
   auto t = Clock::now();
   snapshots_.take({state_, encode_checkpoint(position(world), *model_, optimizer_.get(),
                                              {.sync_state = mode_ ? mode_->save_state() : ""})});
@@ -67,6 +72,12 @@ json Trainer::run() {
       leave_reason = "";  // a graceful switch: nothing in flight
       spdlog::info("leaving membership epoch {} at step {}: a worker joins", membership_.epoch,
                    state_.step);
+    } catch (const ServerWorker::LeaveRequested&) {
+      // Waiting on the parameter servers (the staleness bound, the end) when the membership
+      // changed: nothing of this worker's is lost, its pushes are on the servers.
+      leave_reason = "";
+      spdlog::info("leaving membership epoch {} at step {}: the membership changes",
+                   membership_.epoch, state_.step);
     } catch (const Error& e) {
       if (!is_membership_failure(e)) throw;
       leave_reason = e.what();
@@ -75,8 +86,9 @@ json Trainer::run() {
     }
     ctx_.agent.disconnect(leave_reason);
     membership_ = ctx_.agent.rejoin(
-        membership_, {{"step", state_.step},
-                      {"snapshot_step", have_state_ ? snapshots_.newest().state.step : -1}});
+        membership_,
+        {{"step", state_.step},
+         {"snapshot_step", have_state_ && !servers_ ? snapshots_.newest().state.step : -1}});
   }
 }
 
@@ -109,12 +121,13 @@ json Trainer::run_epoch() {
        .on_bucket_ready = [this](size_t bucket, size_t bytes) {
          if (tracer_) tracer_->instant("bucket " + std::to_string(bucket) + " ready", bytes);
        }});
+  const ModeParts parts{.config = cfg_,
+                        .model = *model_,
+                        .optimizer = *optimizer_,
+                        .ddp = ddp,
+                        .phase = [this](comm::Phase p) { phase(state_.step + 1, p); }};
   std::unique_ptr<SyncMode> mode =
-      make_sync_mode({.config = cfg_,
-                      .model = *model_,
-                      .optimizer = *optimizer_,
-                      .ddp = ddp,
-                      .phase = [this](comm::Phase p) { phase(state_.step + 1, p); }});
+      servers_ ? make_server_mode(parts, *servers_) : make_sync_mode(parts);
   mode_ = mode.get();
   struct ModeGuard {
     SyncMode*& m;
@@ -123,15 +136,19 @@ json Trainer::run_epoch() {
   Epoch e{.comm = comm,
           .rank = comm.rank(),
           .world = comm.size(),
+          .data_rank = comm.rank(),
+          .data_world = comm.size(),
           .ddp = ddp,
           .mode = *mode,
           .bytes_before = comm_bytes_,
           .bytes_at_connect = comm.stats().bytes_sent};
-  if (fresh_start_) {
+  const bool fresh = fresh_start_;
+  if (fresh) {
     start_fresh(e);
-  } else {
+  } else if (!servers_) {
     restore(e);
   }
+  if (servers_) begin_servers(e, fresh);
   // Compression warm-up counts training steps: a resumed job does not warm up again.
   ddp.set_step(state_.step);
   plan_epoch(e);
@@ -156,6 +173,7 @@ json Trainer::run_epoch() {
     }
   }
   train_s_ = train_seconds();
+  if (servers_) finish_servers(e);
   // The last step's, unless it has one already; not written when nothing was trained since the
   // resume (resumed_from_ is the original workers' alone, so it decides only the write).
   if (cfg_.checkpoint.every_steps > 0 && state_.step % cfg_.checkpoint.every_steps != 0) {
@@ -164,7 +182,9 @@ json Trainer::run_epoch() {
   status_.maybe_report("evaluating", state_.step, e.total_steps, state_.epoch, e.bytes_now(), true);
   mode->synchronize();
   phase(state_.step, comm::Phase::Evaluate);
-  const Evaluation ev = newest_eval_ && newest_eval_->first == state_.step
+  // With parameter servers only rank 0 evaluated during training, on the model of its step: the
+  // final model, every rank's share of the test set.
+  const Evaluation ev = newest_eval_ && newest_eval_->first == state_.step && !servers_
                             ? newest_eval_->second
                             : evaluate(*model_, test_set_, comm);
   phase(state_.step, comm::Phase::Done);
@@ -175,13 +195,13 @@ json Trainer::run_epoch() {
 
 void Trainer::plan_epoch(Epoch& e) {
   e.sampler.emplace(SamplerOptions{.dataset_size = train_set_.size(),
-                                   .world_size = e.world,
-                                   .rank = e.rank,
+                                   .world_size = e.data_world,
+                                   .rank = e.data_rank,
                                    .batch_size = cfg_.train.batch_size,
                                    .seed = cfg_.train.seed,
                                    .drop_last = cfg_.train.drop_last});
   // The peak learning rate follows the world size when lr_schedule.scaling is linear.
-  e.schedule.emplace(cfg_.train.optimizer, cfg_.train.lr_schedule, e.world);
+  e.schedule.emplace(cfg_.train.optimizer, cfg_.train.lr_schedule, e.data_world);
   e.total_steps = state_.step;
   if (state_.epoch < cfg_.train.epochs) {
     e.sampler->reset(state_.epoch, state_.consumed);
@@ -215,13 +235,29 @@ void Trainer::train_step(Epoch& e, const Batch& batch, Clock::time_point t0) {
   auto loss_sum = torch::nn::functional::cross_entropy(
       logits, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
   // DDP averages over ranks: scale so the result is the mean over the global batch.
-  auto loss = loss_sum * (static_cast<double>(e.world) / static_cast<double>(batch.global_batch));
+  auto loss =
+      loss_sum * (static_cast<double>(e.data_world) / static_cast<double>(batch.global_batch));
   const ddp::DdpStats before = e.ddp.stats();
   const comm::CollectiveTotals coll_before = recorder_.totals();
+  StepSamples trained{.epoch = state_.epoch};
+  for (int64_t i : batch.indices) {
+    const auto d = static_cast<double>(i);
+    trained.samples += 1;
+    trained.id_sum += d;
+    trained.id_sq_sum += d * d;
+  }
+  const int64_t staleness = servers_ ? servers_->staleness() : -1;  // of the parameters used
+  if (servers_) servers_->set_samples(trained);
   const StepSync sync = e.mode.step(loss, state_.step);
   const comm::CollectiveTotals coll = recorder_.totals();
   const double waited = sync.wait_s;
-  double step_compute = seconds_since(t1) - waited;
+  double step_compute = seconds_since(t1) - waited - sync.held_s;
+  if (sync.held_s > 0) {
+    // Held while another worker evaluated: not training time.
+    eval_s_ += sync.held_s;
+    e.window.exclude(
+        std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(sync.held_s)));
+  }
   // A slow worker (faults: slow, stragglers): its step takes longer, counted as compute.
   if (double slow = faults_.slowdown(state_.step, step_data + step_compute); slow > 0) {
     std::this_thread::sleep_for(std::chrono::duration<double>(slow));
@@ -243,7 +279,8 @@ void Trainer::train_step(Epoch& e, const Batch& batch, Clock::time_point t0) {
                        .ready_us = sync.synced_us - static_cast<int64_t>(waited * 1e6),
                        .sent_bytes = coll.sent_bytes - coll_before.sent_bytes,
                        .collective_us = coll.active_us - coll_before.active_us,
-                       .collective_wait_us = coll.wait_us - coll_before.wait_us});
+                       .collective_wait_us = coll.wait_us - coll_before.wait_us,
+                       .staleness = staleness});
   }
   const auto n = static_cast<int64_t>(batch.indices.size());
   const int64_t correct = logits.argmax(1).eq(y).sum().item<int64_t>();
@@ -256,12 +293,9 @@ void Trainer::train_step(Epoch& e, const Batch& batch, Clock::time_point t0) {
   samples_ += n;
   e.busy_s += step_data + step_compute;
   e.busy_steps += 1;
-  for (int64_t i : batch.indices) {
-    const auto d = static_cast<double>(i);
-    e.pending.samples += 1;
-    e.pending.id_sum += d;
-    e.pending.id_sq_sum += d * d;
-  }
+  e.pending.samples += trained.samples;
+  e.pending.id_sum += trained.id_sum;
+  e.pending.id_sq_sum += trained.id_sq_sum;
   if (n > 0) last_loss_ = loss_sum.item<double>() / static_cast<double>(n);
   e.window.add(last_loss_, correct, n, batch.global_batch);
   log::set_step(state_.step);
@@ -273,6 +307,7 @@ void Trainer::train_step(Epoch& e, const Batch& batch, Clock::time_point t0) {
 // Evaluation, the progress record, the commit and the checkpoint that follow a step. Returns
 // whether every rank leaves the membership epoch (after this step's checkpoint, if it has one).
 bool Trainer::after_step(Epoch& e, bool epoch_end) {
+  if (servers_) return after_server_step(e, epoch_end);
   const bool evaluate_now =
       cfg_.train.eval_every_steps > 0 && state_.step % cfg_.train.eval_every_steps == 0;
   if (evaluate_now) {
@@ -288,17 +323,7 @@ bool Trainer::after_step(Epoch& e, bool epoch_end) {
                newest_eval_->second.accuracy >= cfg_.train.stop_at_accuracy;
   }
   const bool last = state_.step >= e.total_steps || state_.epoch >= cfg_.train.epochs || reached_;
-  if (e.rank == 0 && ctx_.report_progress &&
-      (state_.step % cfg_.train.log_every_steps == 0 || last || epoch_end || evaluate_now)) {
-    json record = e.window.record(state_.step, e.total_steps, e.pending_epoch, cfg_.train.epochs,
-                                  learning_rate(*optimizer_), e.world);
-    if (evaluate_now) {
-      record["test_accuracy"] = newest_eval_->second.accuracy;
-      record["test_loss"] = newest_eval_->second.loss;
-      record["train_seconds"] = train_seconds();
-    }
-    ctx_.report_progress(record);
-  }
+  report_progress(e, last, epoch_end, evaluate_now);
   bool leave_epoch = false;
   // A checkpoint step is a commit too: the file then holds the sample counts of its position.
   const bool checkpoint_now =
@@ -311,6 +336,19 @@ bool Trainer::after_step(Epoch& e, bool epoch_end) {
   }
   if (checkpoint_now) save_checkpoint_now(e, /*write=*/true);
   return leave_epoch;
+}
+
+void Trainer::report_progress(Epoch& e, bool last, bool epoch_end, bool evaluated) {
+  if (e.rank != 0 || !ctx_.report_progress) return;
+  if (state_.step % cfg_.train.log_every_steps != 0 && !last && !epoch_end && !evaluated) return;
+  json record = e.window.record(state_.step, e.total_steps, e.pending_epoch, cfg_.train.epochs,
+                                learning_rate(*optimizer_), e.world);
+  if (evaluated) {
+    record["test_accuracy"] = newest_eval_->second.accuracy;
+    record["test_loss"] = newest_eval_->second.loss;
+    record["train_seconds"] = train_seconds();
+  }
+  ctx_.report_progress(record);
 }
 
 // Commit: add up the samples trained since the last commit and take a snapshot. Returns whether
@@ -369,6 +407,7 @@ void Trainer::rebalance(Epoch& e, const std::vector<double>& per_step) {
 // gathers the codec states all the same, so that whether they take part depends only on the
 // step, which every rank shares).
 void Trainer::save_checkpoint_now(Epoch& e, bool write) {
+  if (servers_) return save_server_checkpoint(e, write);
   e.mode.synchronize();  // a checkpoint holds the model every replica has
   const bool compressed = compression_options(cfg_).method != compress::Method::None;
   write = write && e.rank == 0 && checkpoints_;

@@ -53,6 +53,10 @@ struct TrainerContext {
   std::function<void(const nlohmann::json&)> report_status;
   // The worker's flight recorder (the trainer sets its step and phase); null: one of its own.
   std::shared_ptr<comm::FlightRecorder> recorder;
+  // The job's store and token (what the worker joined with): sync.mode ssp and async find the
+  // parameter servers there.
+  std::string store;
+  std::string token;
 };
 
 // Trains and evaluates; returns this rank's summary:

@@ -23,6 +23,7 @@
 #include "cohort/train/progress_window.h"
 #include "cohort/train/sampler.h"
 #include "cohort/train/schedule.h"
+#include "cohort/train/server_mode.h"
 #include "cohort/train/status_reporter.h"
 #include "cohort/train/sync_mode.h"
 #include "cohort/train/train_state.h"
@@ -69,6 +70,9 @@ class Trainer {
   struct Epoch {
     comm::Communicator& comm;
     int rank, world;
+    // The data shard this rank trains and how many there are: its communicator rank and size,
+    // or (parameter servers) its slot of the job's workers.
+    int data_rank, data_world;
     ddp::DistributedDataParallel& ddp;
     SyncMode& mode;
     uint64_t bytes_before, bytes_at_connect;  // comm_bytes_ and the communicator's count at start
@@ -107,6 +111,19 @@ class Trainer {
   void save_checkpoint_now(Epoch& e, bool write);
   void recovery_done(Epoch& e);
   json summary(Epoch& e, const Evaluation& ev);
+  // Progress record of rank 0 after a step (the periodic record, and at evaluations and ends).
+  void report_progress(Epoch& e, bool last, bool epoch_end, bool evaluated);
+
+  // --- trainer_servers.cc: sync.mode ssp and async, each worker at its own clock ---
+  // Takes this worker's slot and its clock as the position, pulls the parameters.
+  void begin_servers(Epoch& e, bool fresh);
+  bool after_server_step(Epoch& e, bool epoch_end);
+  // Rank 0 evaluates the newest model on the whole test set while the others wait.
+  void evaluate_alone(Epoch& e);
+  void save_server_checkpoint(Epoch& e, bool write);
+  // Waits for every slot to have trained its steps (throws MembershipSwitch to take part in a
+  // membership change meanwhile).
+  void finish_servers(Epoch& e);
 
   void phase(int64_t step, comm::Phase p) {
     recorder_.set_activity(step, p);
@@ -137,6 +154,8 @@ class Trainer {
   const int64_t max_steps_;
   std::unique_ptr<CheckpointDir> checkpoints_;
 
+  // sync.mode ssp and async: this worker's side of the parameter servers.
+  std::unique_ptr<ServerWorker> servers_;
   TrainState state_;
   Snapshots snapshots_;
   double snapshot_s_ = 0;     // time spent taking in-memory snapshots

@@ -118,6 +118,8 @@ int run_worker(const WorkerOptions& options) {
             },
         .report_status = publish_status,
         .recorder = recorder,
+        .store = options.join,
+        .token = options.token,
     };
     json summary = train(ctx);
     summary["host"] = host_name();

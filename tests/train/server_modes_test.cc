@@ -1,0 +1,249 @@
+// sync.mode ssp and async end to end: `cohort run` jobs whose workers and parameter servers are
+// real processes over real sockets.
+#include <signal.h>
+
+#include <thread>
+
+#include "sync_jobs.h"
+
+namespace cohort::train {
+namespace {
+
+using namespace testing;
+
+std::vector<std::string> servers(const std::string& mode, int n,
+                                 std::vector<std::string> more = {}) {
+  more.insert(more.begin(), {"sync.mode=" + mode, "parameter_servers=" + std::to_string(n)});
+  return more;
+}
+
+// Every step record of every rank of a run: rank -> records.
+std::map<int, std::vector<json>> step_logs(const fs::path& dir) {
+  std::map<int, std::vector<json>> out;
+  for (const auto& f : fs::directory_iterator(dir / "steps")) {
+    const std::string name = f.path().stem().string();  // rank-N
+    const int rank = std::stoi(name.substr(5));
+    std::ifstream in(f.path());
+    for (std::string line; std::getline(in, line);) {
+      json j = json::parse(line);
+      if (j.value("type", "") == "step") out[rank].push_back(j);
+    }
+  }
+  return out;
+}
+
+// With s = 0 the servers apply each clock's averaged gradient once, with the optimizer the
+// workers' would have run: the parameters of allreduce mode to float rounding (momentum
+// included). s = 3 is not synchronous, which shows that the comparison tells them apart.
+TEST(ServerModes, SspWithZeroStalenessGivesTheParametersOfAllReduce) {
+  const fs::path sync = run_job("ps-allreduce", 20, {});
+  const fs::path ssp0 = run_job("ssp0", 20, servers("ssp", 2, {"sync.staleness=0"}));
+  const fs::path ssp3 = run_job("ssp3", 20, servers("ssp", 2, {"sync.staleness=3"}));
+  const Final a = final_state(sync), b = final_state(ssp0), c = final_state(ssp3);
+  EXPECT_LT(max_relative_difference(a, b), 1e-4);
+  EXPECT_GT(max_relative_difference(a, c), 1e-2);
+  const json s = read_json(ssp0 / "summary.json");
+  EXPECT_EQ(s["status"], "completed") << s.dump(2);
+  EXPECT_EQ(s["per_rank"][0]["parameter_digest"], s["per_rank"][1]["parameter_digest"]);
+  EXPECT_EQ(s["per_rank"][0]["sync_mode"], "ssp");
+  EXPECT_EQ(s["per_rank"][0]["staleness"]["max"], 0) << s.dump(2);
+  EXPECT_EQ(s["servers"]["parameter_servers"], 2) << s.dump(2);
+  // The checkpoint holds the servers' state (their optimizer's momentum), for a resume.
+  EXPECT_FALSE(b.extras.sync_state.empty());
+  for (const auto& d : {sync, ssp0, ssp3}) fs::remove_all(d);
+}
+
+// One worker and one server: async SGD is sequential SGD, momentum included. Adam too, which the
+// server computes as libtorch does: compared after one step, because two runs that differ by a
+// rounding (an FMA here, none there) drift apart fast under Adam, whose step is about the sign of
+// the gradient where it is small (2e-4 apart after two steps); tests/ps/optimizer_test.cc checks
+// the arithmetic over many steps.
+TEST(ServerModes, AsyncWithOneWorkerAndOneServerIsSequentialTraining) {
+  const fs::path local = run_job("seq-local", 15, {"workers=1"});
+  const fs::path async = run_job("seq-async", 15, servers("async", 1, {"workers=1"}));
+  EXPECT_LT(max_relative_difference(final_state(local), final_state(async)), 1e-4);
+  const std::vector<std::string> adam = {"workers=1", "train.optimizer={name: adam, lr: 0.002}"};
+  const fs::path local_adam = run_job("seq-local-adam", 1, adam);
+  const fs::path async_adam = run_job("seq-async-adam", 1, servers("async", 1, adam));
+  EXPECT_LT(max_relative_difference(final_state(local_adam), final_state(async_adam)), 1e-4);
+  for (const auto& d : {local, async, local_adam, async_adam}) fs::remove_all(d);
+}
+
+// One worker three times slower than it is: in ssp no step of any worker uses parameters more
+// than `staleness` clocks behind it, and the fast workers are held at that distance; in async
+// they run ahead and finish long before it.
+TEST(ServerModes, SspBoundsHowFarAheadAWorkerRunsAndAsyncDoesNot) {
+  const std::vector<std::string> job = {"workers=3", "train.max_steps=120",
+                                        "checkpoint.every_steps=0",
+                                        "faults=[{kind: slow, rank: 2, at_step: 0, factor: 10}]"};
+  auto with = [&](std::vector<std::string> more) {
+    more.insert(more.end(), job.begin(), job.end());
+    return more;
+  };
+  const fs::path ssp = run_job("bound-ssp", 120, with(servers("ssp", 2, {"sync.staleness=2"})));
+  const fs::path async = run_job("bound-async", 120, with(servers("async", 2)));
+
+  const auto ssp_logs = step_logs(ssp);
+  ASSERT_EQ(ssp_logs.size(), 3u);
+  int64_t bound_hit = 0;
+  for (const auto& [rank, steps] : ssp_logs) {
+    ASSERT_EQ(steps.size(), 120u) << "rank " << rank;
+    for (const json& st : steps) {
+      ASSERT_LE(st["staleness"].get<int64_t>(), 2) << "rank " << rank << " " << st.dump();
+      bound_hit += st["staleness"].get<int64_t>() == 2;
+    }
+  }
+  EXPECT_GT(bound_hit, 60) << "the fast workers never reached the bound";
+  // The fast workers wait for the slow one: they end with it.
+  const auto last_end = [](const std::vector<json>& s) {
+    return s.back()["end_us"].get<int64_t>();
+  };
+  const double slow_ssp_s =
+      1e-6 * static_cast<double>(last_end(ssp_logs.at(2)) -
+                                 ssp_logs.at(2).front()["end_us"].get<int64_t>());
+  EXPECT_GT(last_end(ssp_logs.at(0)),
+            last_end(ssp_logs.at(2)) - static_cast<int64_t>(1e6 * slow_ssp_s * 3 / 120));
+
+  const auto async_logs = step_logs(async);
+  ASSERT_EQ(async_logs.size(), 3u);
+  const auto& slow = async_logs.at(2);
+  auto waited = [](const std::vector<json>& steps) {
+    double s = 0;
+    for (const json& st : steps) s += st["sync_s"].get<double>();
+    return s;
+  };
+  for (int rank : {0, 1}) {
+    const auto& fast = async_logs.at(rank);
+    ASSERT_EQ(fast.size(), 120u);
+    // When a fast worker was done, the slow one had not trained two thirds of its steps...
+    int64_t slow_done = 0;
+    for (const json& st : slow) slow_done += st["end_us"].get<int64_t>() <= last_end(fast);
+    EXPECT_LT(slow_done, 80) << "rank " << rank;
+    // ... and it waited for its exchanges far less than it did held back by ssp's bound.
+    EXPECT_LT(waited(fast), 0.5 * waited(ssp_logs.at(rank))) << "rank " << rank;
+  }
+  const json s = read_json(async / "summary.json");
+  EXPECT_GT(s["per_rank"][0]["staleness"]["max"].get<int64_t>(), 2) << s.dump(2);
+  for (const auto& d : {ssp, async}) fs::remove_all(d);
+}
+
+// `cohort run` in the background; kills the process of parameter server `server` (SIGKILL) once
+// rank 0 has logged step `at_step`, and waits for the job. Returns its exit code.
+int run_and_kill_server(const fs::path& dir, const std::vector<std::string>& sets, int server,
+                        int at_step) {
+  std::string cmd = std::string(COHORT_BINARY) + " run " + COHORT_SOURCE_DIR +
+                    "/examples/fashion-mlp.yaml --run-dir " + dir.string();
+  for (const auto& s : sets) cmd += " --set '" + s + "'";
+  const std::string events = (dir / "events.jsonl").string();
+  const std::string metrics = (dir / "metrics.jsonl").string();
+  // The server's pid from its server_started event; the step from the progress records.
+  const std::string script = cmd + " > " + (dir / "run.out").string() + " 2>&1 & job=$!\n" +
+                             "for i in $(seq 1 600); do\n"
+                             "  step=$(tail -n 1 " +
+                             metrics +
+                             " 2>/dev/null | sed -n 's/.*\"step\":\\([0-9]*\\).*/\\1/p')\n"
+                             "  [ -n \"$step\" ] && [ \"$step\" -ge " +
+                             std::to_string(at_step) +
+                             " ] && break\n"
+                             "  sleep 0.05\n"
+                             "done\n"
+                             "pid=$(grep '\"event\":\"server_started\"' " +
+                             events + " | grep '\"server\":" + std::to_string(server) +
+                             ",' | head -n 1 | sed -n 's/.*\"pid\":\\([0-9]*\\).*/\\1/p')\n"
+                             "kill -9 \"$pid\"\n"
+                             "wait $job\n";
+  const fs::path path = dir / "drill.sh";
+  std::ofstream(path) << script;
+  return e2e::sh("bash " + path.string(), 300).exit_code;
+}
+
+// A parameter server SIGKILLed mid-training: its shards go on at their backups, a replacement
+// server is started and copied, the job finishes, every shard applied exactly the pushes the
+// workers had acknowledged, and the model is the one a run without the failure trains.
+TEST(ServerModes, AKilledParameterServerLosesNoAcknowledgedPush) {
+  const std::vector<std::string> job = {"workers=2",
+                                        "train.epochs=1",
+                                        "checkpoint.every_steps=0",
+                                        "train.seed=5",
+                                        "elastic.failure_timeout_s=2",
+                                        "sync.mode=ssp",
+                                        "sync.staleness=0",
+                                        "parameter_servers=3"};
+  const fs::path calm = e2e::fresh_dir("sync", "ps-calm");
+  ASSERT_EQ(run_mlp(calm, job).exit_code, 0);
+  const fs::path drill = e2e::fresh_dir("sync", "ps-kill");
+  ASSERT_EQ(run_and_kill_server(drill, job, 1, 150), 0) << e2e::slurp(drill / "run.out");
+
+  const json s = read_json(drill / "summary.json");
+  EXPECT_EQ(s["status"], "completed") << s.dump(2);
+  EXPECT_EQ(s["servers"]["servers_lost"], 1) << s.dump(2);
+  EXPECT_EQ(s["servers"]["server_restarts"], 1) << s.dump(2);
+  int64_t acknowledged = 0;
+  for (const json& r : s["per_rank"]) acknowledged += r["pushes"].get<int64_t>();
+  EXPECT_EQ(acknowledged, 2 * 469);
+  for (const json& applied : s["per_rank"][0]["pushes_applied_by_shard"]) {
+    EXPECT_EQ(applied.get<int64_t>(), acknowledged) << s.dump(2);
+  }
+  expect_one_epoch_each_sample_once(s);
+  const json c = read_json(calm / "summary.json");
+  EXPECT_NEAR(s["test_accuracy"].get<double>(), c["test_accuracy"].get<double>(), 0.01);
+  // ssp with s = 0 is deterministic, and the backups held the very same shards.
+  EXPECT_EQ(s["per_rank"][0]["parameter_digest"], c["per_rank"][0]["parameter_digest"]);
+  for (const auto& d : {calm, drill}) fs::remove_all(d);
+}
+
+// A worker killed mid-training: the others go on (nothing is rolled back), a replacement takes
+// over the lost worker's slot at its last acknowledged clock, and every sample of the epoch is
+// trained on once.
+TEST(ServerModes, AReplacementWorkerTakesOverTheLostWorkersSlot) {
+  const fs::path dir = e2e::fresh_dir("sync", "ps-worker-kill");
+  const e2e::Result r = run_mlp(
+      dir,
+      servers("async", 2,
+              {"workers=3", "train.epochs=1", "checkpoint.every_steps=0", "elastic.max_restarts=1",
+               "elastic.heartbeat_s=0.2", "elastic.failure_timeout_s=2",
+               "faults=[{kind: kill, rank: 1, at_step: 100}]"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json s = read_json(dir / "summary.json");
+  EXPECT_EQ(s["status"], "completed") << s.dump(2);
+  EXPECT_EQ(s["recoveries"], 1) << s.dump(2);
+  EXPECT_EQ(s["steps_rolled_back"], 0) << s.dump(2);
+  expect_one_epoch_each_sample_once(s);
+  bool replacement = false;
+  for (const json& rank : s["per_rank"]) {
+    EXPECT_EQ(rank["parameter_digest"], s["per_rank"][0]["parameter_digest"]);
+    if (rank["job_rank"] == 3) {
+      replacement = true;
+      EXPECT_EQ(rank["slot"], 1);
+      EXPECT_EQ(rank["pushes"].get<int64_t>(), 313 - 100) << rank.dump(2);
+    }
+  }
+  EXPECT_TRUE(replacement) << s.dump(2);
+  EXPECT_GE(s["test_accuracy"].get<double>(), 0.75) << s.dump(2);
+  fs::remove_all(dir);
+}
+
+// A checkpoint holds the servers' whole state: a resumed job goes on with every slot where it
+// was, the samples counted before the resume included.
+TEST(ServerModes, AResumedJobContinuesEverySlotFromTheCheckpoint) {
+  const fs::path dir = e2e::fresh_dir("sync", "ps-resume");
+  const auto job =
+      servers("ssp", 2,
+              {"workers=2", "train.max_steps=150", "train.epochs=1", "checkpoint.every_steps=100"});
+  ASSERT_EQ(run_mlp(dir, job).exit_code, 0);
+  const e2e::Result r = e2e::sh(
+      std::string(COHORT_BINARY) + " run --resume " + dir.string() + " --set train.max_steps=300",
+      300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("resuming from"), std::string::npos) << r.output;
+  const json s = read_json(dir / "summary.json");
+  EXPECT_EQ(s["status"], "completed") << s.dump(2);
+  for (const json& rank : s["per_rank"]) EXPECT_EQ(rank["steps"], 300) << rank.dump(2);
+  // 300 steps of a global batch of 128, each counted once across the two runs.
+  ASSERT_EQ(s["epoch_samples"].size(), 1u) << s.dump(2);
+  EXPECT_EQ(s["epoch_samples"][0]["samples"].get<double>(), 300 * 128) << s.dump(2);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace cohort::train
