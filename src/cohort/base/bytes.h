@@ -11,6 +11,12 @@
 
 namespace cohort {
 
+// memcpy that allows empty ranges (an empty vector's data() may be null, which memcpy may not be
+// given even for zero bytes).
+inline void copy_bytes(void* dst, const void* src, size_t n) {
+  if (n > 0) std::memcpy(dst, src, n);
+}
+
 class ByteWriter {
  public:
   template <typename T>

@@ -7,6 +7,7 @@
 #include <optional>
 #include <set>
 
+#include "cohort/base/bytes.h"
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
 #include "cohort/net/frame_stream.h"
@@ -307,7 +308,7 @@ std::shared_ptr<comm::Work> Client::transfer(const char* what, std::span<const u
       }
       const uint8_t* src = r.body.data();
       for (const auto& p : pieces[s]) {
-        std::memcpy(out.data() + p.at, src, p.range.count * sizeof(float));
+        copy_bytes(out.data() + p.at, src, p.range.count * sizeof(float));
         src += p.range.count * sizeof(float);
       }
     }
@@ -344,7 +345,7 @@ std::shared_ptr<comm::Work> Client::init(std::span<const float> params) {
       const Range& r = layout_.shard(s);
       Request q{.op = Op::kInit, .shard = static_cast<uint32_t>(s), .range = r};
       q.blob.resize(r.count * sizeof(float));
-      std::memcpy(q.blob.data(), copy.data() + r.offset, q.blob.size());
+      copy_bytes(q.blob.data(), copy.data() + r.offset, q.blob.size());
       requests[s] = std::move(q);
     }
     exchange(std::move(requests), "init", Deadline::after(options_.timeout));

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "cohort/base/bytes.h"
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
 #include "cohort/ps/server_impl.h"
@@ -96,7 +97,7 @@ std::optional<Server::Impl::Waiting> Server::Impl::apply(uint32_t shard, Held& h
                           std::to_string(q.blob.size()) + " bytes");
             }
             std::vector<float> params(q.range.count);
-            std::memcpy(params.data(), q.blob.data(), q.blob.size());
+            copy_bytes(params.data(), q.blob.data(), q.blob.size());
             h.shard.emplace(settings_.shard, q.range, std::move(params));
           }
           spdlog::info("{}: shard {} holds [{}, {})", name(), shard, q.range.offset, q.range.end());

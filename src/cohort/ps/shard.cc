@@ -26,7 +26,7 @@ std::vector<float> get_floats(ByteReader& r) {
   const auto n = r.get<uint64_t>();
   if (n > r.remaining() / sizeof(float)) throw ProtocolError("shard state truncated");
   std::vector<float> v(static_cast<size_t>(n));
-  std::memcpy(v.data(), r.get_bytes(v.size() * sizeof(float)), v.size() * sizeof(float));
+  copy_bytes(v.data(), r.get_bytes(v.size() * sizeof(float)), v.size() * sizeof(float));
   return v;
 }
 
@@ -58,7 +58,7 @@ std::vector<float> Shard::gather(std::span<const Range> ranges, const void* valu
   const auto* src = static_cast<const uint8_t*>(values);
   for (const Range& r : ranges) {
     check_range(r);
-    std::memcpy(grad.data() + (r.offset - range_.offset), src, r.count * sizeof(float));
+    copy_bytes(grad.data() + (r.offset - range_.offset), src, r.count * sizeof(float));
     src += r.count * sizeof(float);
   }
   return grad;
@@ -180,7 +180,7 @@ void Shard::read(std::span<const Range> ranges, void* out) const {
   auto* dst = static_cast<uint8_t*>(out);
   for (const Range& r : ranges) {
     check_range(r);
-    std::memcpy(dst, params_.data() + (r.offset - range_.offset), r.count * sizeof(float));
+    copy_bytes(dst, params_.data() + (r.offset - range_.offset), r.count * sizeof(float));
     dst += r.count * sizeof(float);
   }
 }
