@@ -15,15 +15,14 @@ namespace {
 using namespace cohort::ps;
 
 bool same(const Request& a, const Request& b) {
-  const bool values =
-      !a.push || a.value_count() == 0 ||
-      std::memcmp(a.values, b.values, a.value_count() * sizeof(float)) == 0;
+  const bool values = !a.push || a.value_count() == 0 ||
+                      std::memcmp(a.values, b.values, a.value_count() * sizeof(float)) == 0;
   return a.op == b.op && a.shard == b.shard && a.view == b.view && a.id == b.id &&
          a.range == b.range && a.saved_state == b.saved_state && a.blob == b.blob &&
          a.slot == b.slot && a.clock == b.clock && a.push == b.push && a.pull == b.pull &&
-         a.min_version == b.min_version && a.min_clock == b.min_clock &&
-         a.wait_ms == b.wait_ms && a.counts.epoch == b.counts.epoch && a.ranges == b.ranges &&
-         a.action == b.action && a.known == b.known && a.from_server == b.from_server && values;
+         a.min_version == b.min_version && a.min_clock == b.min_clock && a.wait_ms == b.wait_ms &&
+         a.counts.epoch == b.counts.epoch && a.ranges == b.ranges && a.action == b.action &&
+         a.known == b.known && a.from_server == b.from_server && values;
 }
 
 }  // namespace

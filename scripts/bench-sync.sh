@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Synchronization modes on the emulated cluster: Cohort's allreduce and local SGD against PyTorch
-# DDP (Gloo) and PyTorch's post-local SGD, time to accuracy and accuracy after the epochs.
+# Synchronization modes on the emulated cluster: Cohort's allreduce, local SGD, ssp and async
+# (parameter servers) against PyTorch DDP (Gloo) and PyTorch's post-local SGD, time to accuracy
+# and accuracy after the epochs.
 # Writes the sync section of BENCHMARKS.md (between its markers).
 #
 #   scripts/bench-sync.sh        # or: make bench-sync (needs root)
@@ -17,8 +18,13 @@
 # arm: the tx counter of each worker's interface over the run / steps trained, mean over workers.
 # Cohort's share of time waiting is summary.json comm_seconds / train_seconds (mean over ranks).
 #
+# Parameter servers (cohort:ssp, cohort:async) run BENCH_SERVERS of them, each in a namespace of its
+# own with a link at the workers' rate (nodes BENCH_WORKERS .. BENCH_WORKERS + BENCH_SERVERS - 1).
+#
 # Environment: BENCH_ARMS ("cohort:allreduce cohort:local_sgd pytorch:ddp
-# pytorch:post_local_sgd"; a Cohort arm may end in +balance for sync.balance: auto), BENCH_RATE (100mbit), BENCH_WORKERS (4), BENCH_BATCH (16), BENCH_LR
+# pytorch:post_local_sgd"; a Cohort arm may end in +balance for sync.balance: auto, an async or
+# ssp arm in +inverse (sync.lr_scale: inverse_staleness) or +dc (sync.delay_compensation:
+# BENCH_DC, 0.04)), BENCH_SERVERS (4), BENCH_STALENESS (3), BENCH_RATE (100mbit), BENCH_WORKERS (4), BENCH_BATCH (16), BENCH_LR
 # (0.025), BENCH_PERIOD (8), BENCH_WARMUP (local SGD's synchronous steps, 0), BENCH_TARGET
 # (0.85), BENCH_EVAL_EVERY (48), BENCH_EPOCHS (2), BENCH_CAP_S (900), BENCH_BUILD_DIR
 # (build/release), BENCH_OUTPUT (BENCHMARKS.md), BENCH_SKIP_BUILD=1, BENCH_KEEP=1 (keep earlier
@@ -50,7 +56,13 @@ PY=/usr/bin/python3
 OUT=$BUILD/bench-sync
 RESULTS=$OUT/results.jsonl
 FAULTS=${BENCH_FAULTS:-}
+SERVERS=${BENCH_SERVERS:-4}
+STALENESS=${BENCH_STALENESS:-3}
+DC=${BENCH_DC:-0.04}
 REGIME="$RATE $N $BATCH $LR $PERIOD $WARMUP ${FAULTS:-none}"
+# The cluster's nodes: the workers, then the parameter servers when an arm has them.
+NODES=$N
+[[ ! $ARMS =~ cohort:(ssp|async) ]] || NODES=$((N + SERVERS))
 export QUIET_LOG=$OUT/load.tsv
 # shellcheck source=lib/quiet.sh
 source "$ROOT/scripts/lib/quiet.sh"
@@ -95,7 +107,7 @@ import json, os, sys, time
 arm, d, before, after, load, quiet, regime, target, n = sys.argv[1:10]
 target, n = float(target), int(n)
 tx = [int(b) - int(a) for a, b in zip(before.split(), after.split())]
-evals, steps, final, wait = [], 0, None, None
+evals, steps, final, wait, stale = [], 0, None, None, None
 if arm.startswith("cohort:"):
     if os.path.exists(d + "/run/metrics.jsonl"):
         for line in open(d + "/run/metrics.jsonl"):
@@ -110,6 +122,9 @@ if arm.startswith("cohort:"):
             steps = max(r["steps"] for r in ranks)
             final = s["test_accuracy"]
             wait = sum(r["comm_seconds"] / r["train_seconds"] for r in ranks) / len(ranks)
+            if all("staleness" in r for r in ranks):
+                stale = {"mean": sum(r["staleness"]["mean"] for r in ranks) / len(ranks),
+                         "max": max(r["staleness"]["max"] for r in ranks)}
 else:
     for line in open(d + "/rank-0.txt"):
         if not line.startswith("{"):
@@ -126,20 +141,29 @@ print(json.dumps({
     "seconds": hit["train_seconds"] if hit else None, "step": hit["step"] if hit else None,
     "final_accuracy": final, "best_accuracy": max([m["test_accuracy"] for m in evals], default=None),
     "steps": steps, "link_bytes_per_step": sum(tx) / n / max(steps, 1), "wait_share": wait,
+    "staleness": stale,
     "load": float(load), "busy": quiet == "busy",
     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     "status": "completed" if final is not None else "stopped at the cap"}))
 PY
 }
 
-run_cohort() {  # MODE[+balance]
-  local arm=$1 mode=${1%+balance} dir=$OUT/cohort-$1 coord r pids=() before load quiet sets=()
+run_cohort() {  # MODE[+balance|+inverse|+dc]
+  local arm=$1 mode=${1%%+*} dir=$OUT/cohort-$1 coord r pids=() before load quiet sets=()
+  local servers=0
   rm -rf "$dir" && mkdir -p "$dir"
   coord=$("$NC" addr c)
   port=$((port + 1))
-  [[ $mode != local_sgd ]] ||
-    sets=(--set sync.mode=local_sgd --set sync.period="$PERIOD" --set sync.warmup_steps="$WARMUP")
-  [[ $arm == "$mode" ]] || sets+=(--set sync.balance=auto)
+  case $mode in
+    local_sgd)
+      sets=(--set sync.mode=local_sgd --set sync.period="$PERIOD" --set sync.warmup_steps="$WARMUP") ;;
+    ssp) sets=(--set sync.mode=ssp --set sync.staleness="$STALENESS") servers=$SERVERS ;;
+    async) sets=(--set sync.mode=async) servers=$SERVERS ;;
+  esac
+  ((servers == 0)) || sets+=(--set parameter_servers="$servers")
+  [[ $arm != *+balance ]] || sets+=(--set sync.balance=auto)
+  [[ $arm != *+inverse ]] || sets+=(--set sync.lr_scale=inverse_staleness)
+  [[ $arm != *+dc ]] || sets+=(--set sync.delay_compensation="$DC")
   [[ -z $FAULTS ]] || sets+=(--set "faults=$FAULTS")
   wait_quiet "cohort $arm"
   IFS=$'\t' read -r _ load _ quiet < <(tail -n 1 "$QUIET_LOG")
@@ -151,6 +175,12 @@ run_cohort() {  # MODE[+balance]
     --set train.batch_size="$BATCH" --set train.optimizer.lr="$LR" --set train.seed=0 \
     --set debug.bandwidth_probe_mb=0 "${sets[@]}" >"$dir/launcher.txt" 2>&1 &
   pids+=($!)
+  for ((r = 0; r < servers; r++)); do
+    "$NC" exec "$CLUSTER" "$((N + r))" timeout -s KILL "$CAP_S" "$COHORT" ps-server \
+      --join "$coord:$port" --index "$r" --bind "$("$NC" addr "$((N + r))")" \
+      --token-file "$TOKEN" >"$dir/server-$r.txt" 2>&1 &
+    pids+=($!)
+  done
   for ((r = 0; r < N; r++)); do
     "$NC" exec "$CLUSTER" "$r" timeout -s KILL "$CAP_S" "$COHORT" worker --join "$coord:$port" \
       --rank "$r" --bind "$("$NC" addr "$r")" --token-file "$TOKEN" >"$dir/worker-$r.txt" 2>&1 &
@@ -202,8 +232,13 @@ env = " ".join("%s=%s" % (k, os.environ[k]) for k in sorted(os.environ) if k.sta
 names = {"cohort:allreduce": "Cohort allreduce", "cohort:allreduce+balance":
          "Cohort allreduce, balance: auto", "cohort:local_sgd": "Cohort local_sgd",
          "cohort:local_sgd+balance": "Cohort local_sgd, balance: auto",
+         "cohort:ssp": "Cohort ssp", "cohort:ssp+inverse": "Cohort ssp, inverse_staleness",
+         "cohort:ssp+dc": "Cohort ssp, delay compensation", "cohort:async": "Cohort async",
+         "cohort:async+inverse": "Cohort async, inverse_staleness",
+         "cohort:async+dc": "Cohort async, delay compensation",
          "pytorch:ddp": "PyTorch DDP (Gloo)", "pytorch:post_local_sgd": "PyTorch post-local SGD"}
-lines = [BEGIN, "## Synchronization modes: allreduce and local SGD, Cohort vs PyTorch", "",
+lines = [BEGIN, "## Synchronization modes: allreduce, local SGD and parameter servers, Cohort vs "
+         "PyTorch", "",
          "Command: `scripts/bench-sync.sh` (`make bench-sync`), each regime's settings in its "
          "section. Machine: %d CPUs (%s), Linux %s. "
          "Written %s; each arm's load average at its start is in its row." % (
@@ -223,8 +258,13 @@ lines = [BEGIN, "## Synchronization modes: allreduce and local SGD, Cohort vs Py
          "(PyTorch's averager with warmup_steps = H - 1, as its counter starts at its first call), "
          "so every evaluation sees an averaged model in both. *link bytes/step* = bytes each "
          "worker's interface sent over the run / steps, mean "
-         "over workers. *waiting* = Cohort's comm_seconds / train_seconds, mean over ranks." % (
-             every, epochs, cap, target), "", load_note(quiet_log), ""]
+         "over workers. *waiting* = Cohort's comm_seconds / train_seconds, mean over ranks. "
+         "ssp and async: %s parameter servers, each in a namespace of its own with a link at the "
+         "workers' rate, staleness bound %s for ssp; their rank 0 evaluates while the others "
+         "wait (that wait is not training time); *staleness* = how many steps the parameters of "
+         "a step lagged it (its step minus the slowest worker's), mean over steps and ranks / "
+         "max." % (every, epochs, cap, target, os.environ.get("BENCH_SERVERS", "4"),
+                   os.environ.get("BENCH_STALENESS", "3")), "", load_note(quiet_log), ""]
 for regime in sorted({r["regime"] for r in rows}):
     rate, n, batch, lr, period, warmup, faults = regime.split(" ", 6)
     sel = [r for r in rows if r["regime"] == regime]
@@ -240,8 +280,8 @@ for regime in sorted({r["regime"] for r in rows}):
                   rate, n, batch, lr, period, warmup,
                   "" if faults == "none" else " BENCH_FAULTS='%s'" % faults), "",
               "| arm | time to %s (s) | at step | s/step | final accuracy | steps | "
-              "link bytes/step | waiting | load | allreduce's time / this |" % target,
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "link bytes/step | waiting | staleness | load | allreduce's time / this |" % target,
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sel:
         t = "%.1f" % r["seconds"] if r["reached"] else "not reached"
         ratio = ""
@@ -249,12 +289,14 @@ for regime in sorted({r["regime"] for r in rows}):
             ratio = "%.2f×" % (base["seconds"] / r["seconds"])
             if r["busy"] or base["busy"]:
                 ratio += " (busy)"
-        lines.append("| %s | %s | %s | %s | %s | %d | %s | %s | %s | %s |" % (
+        st = r.get("staleness")
+        lines.append("| %s | %s | %s | %s | %s | %d | %s | %s | %s | %s | %s |" % (
             names.get(r["arm"], r["arm"]), t, r["step"] or "-",
             "%.3f" % (r["seconds"] / r["step"]) if r["reached"] else "-",
             "%.4f" % r["final_accuracy"] if r["final_accuracy"] is not None else "-", r["steps"],
             "{:,.0f}".format(r["link_bytes_per_step"]),
             "%.0f%%" % (100 * r["wait_share"]) if r["wait_share"] is not None else "",
+            "%.2f / %d" % (st["mean"], st["max"]) if st else "",
             "%.1f (busy)" % r["load"] if r["busy"] else "%.1f" % r["load"], ratio))
     by = {r["arm"]: r for r in sel}
     local, plsgd = by.get("cohort:local_sgd"), by.get("pytorch:post_local_sgd")
@@ -270,12 +312,37 @@ for regime in sorted({r["regime"] for r in rows}):
                else "%.2f points above" % -gap)
         best_text = "%s, %.2f× sooner, final accuracy %s allreduce's" % (
             names.get(best["arm"], best["arm"]), ratio, acc)
+        ssps = [r for r in modes if r["arm"].startswith("cohort:ssp")]
+        ssp = min(ssps, key=lambda r: r["seconds"]) if ssps else None
+        def ssp_text(r):
+            gap = (None if r["final_accuracy"] is None or base["final_accuracy"] is None
+                   else 100 * (base["final_accuracy"] - r["final_accuracy"]))
+            return "%s, %.2f× allreduce's time to %s, final accuracy %s" % (
+                names.get(r["arm"], r["arm"]), base["seconds"] / r["seconds"], target,
+                "?" if gap is None else "%.2f points %s allreduce's" % (
+                    abs(gap), "below" if gap >= 0 else "above")), gap
         if "stragglers" in faults:
-            lines += ["", "Target (transient stragglers: ssp ≥ 1.3× sooner than allreduce): not "
-                      "judged, Cohort has no ssp mode yet; the best mode measured: %s." % best_text]
+            if ssp:
+                text, g = ssp_text(ssp)
+                ok = base["seconds"] / ssp["seconds"] >= 1.3 and g is not None and g <= 0.5
+                lines += ["", "Target (transient stragglers: ssp ≥ 1.3× sooner than allreduce, "
+                          "final accuracy within 0.5 points): %s (%s). The best mode: %s." % (
+                              text, "busy" if base["busy"] or ssp["busy"] else
+                              "met" if ok else "not met", best_text)]
+            else:
+                lines += ["", "Target (transient stragglers: ssp ≥ 1.3× sooner): not judged, no "
+                          "ssp arm reached %s; the best mode measured: %s." % (target, best_text)]
         elif faults == "none" and not rate.startswith("100mbit"):
-            lines += ["", "Target (no straggler: ssp within 10%% of allreduce's time): not judged, "
-                      "Cohort has no ssp mode yet; the best mode measured: %s." % best_text]
+            if ssp:
+                text, g = ssp_text(ssp)
+                ok = ssp["seconds"] <= 1.1 * base["seconds"]
+                lines += ["", "Target (no straggler: ssp within 10%% of allreduce's time to %s): "
+                          "%s (%s)." % (target, text, "busy" if base["busy"] or ssp["busy"] else
+                                        "met" if ok else "not met")]
+            else:
+                lines += ["", "Target (no straggler: ssp within 10%% of allreduce's time): not "
+                          "judged, no ssp arm reached %s; the best mode measured: %s." % (
+                              target, best_text)]
         else:
             met = ratio >= 2 and gap is not None and gap <= 0.5
             lines += ["", "Target (%s: the best mode reaches %s ≥ 2× sooner than allreduce, final "
@@ -295,7 +362,7 @@ PY
 
 if [[ ${BENCH_REPORT_ONLY:-0} == 1 ]]; then report; exit 0; fi
 
-env=$("$NC" up "$N" --rate "$RATE" --owner $$)
+env=$("$NC" up "$NODES" --rate "$RATE" --owner $$)
 CLUSTER=$(sed -n 's/^NETCLUSTER_ID=//p' <<<"$env")
 for arm in $ARMS; do
   echo "bench-sync: $RATE, $N workers, batch $BATCH, faults ${FAULTS:-none}: $arm"

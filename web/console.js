@@ -110,8 +110,32 @@
       cell(tr, 'step_time', w.step_time === undefined ? '–' : `${(1000 * w.step_time).toFixed(1)} ms`);
       cell(tr, 'comm_share', w.comm_share === undefined ? '–' : `${(100 * w.comm_share).toFixed(0)}%`);
       cell(tr, 'bytes_sent', fmt.bytes(w.bytes_sent));
+      cell(tr, 'staleness', w.staleness === undefined ? '–' : `${w.staleness} steps`);
       cell(tr, 'heartbeat', w.last_heartbeat === null || w.last_heartbeat === undefined ? '–' :
         `${fmt.num(w.heartbeat_age_seconds, 1)} s ago`);
+    }
+  }
+
+  function showServers(rows) {
+    $('servers-section').hidden = !rows || rows.length === 0;
+    const body = document.querySelector('#servers tbody');
+    for (const s of rows || []) {
+      let tr = body.querySelector(`tr[data-server="${s.server}"]`);
+      if (!tr) { tr = document.createElement('tr'); tr.dataset.server = s.server; body.appendChild(tr); }
+      cell(tr, 'server', String(s.server));
+      cell(tr, 'address', s.address || '–');
+      cell(tr, 'pid', s.pid ? String(s.pid) : '–');
+      const st = cell(tr, 'state', s.state);
+      if (!st.firstElementChild || st.firstElementChild.textContent !== s.state) {
+        const badge = document.createElement('span');
+        badge.className = `state ${s.state === 'up' ? 'training' : 'failed'}`;
+        badge.textContent = s.state;
+        st.replaceChildren(badge);
+      }
+      cell(tr, 'primary_of', (s.primary_of || []).join(', ') || '–');
+      cell(tr, 'backup_of', (s.backup_of || []).join(', ') || '–');
+      cell(tr, 'heartbeat', s.heartbeat_age_seconds === undefined ? '–' :
+        `${fmt.num(s.heartbeat_age_seconds, 1)} s ago`);
     }
   }
 
@@ -150,6 +174,7 @@
     if (fresh) { reset(); fresh = false; }
     showJob(d.job);
     showWorkers(d.workers);
+    showServers(d.servers);
     addMetrics(d.metrics);
     addEvents(d.events);
   }

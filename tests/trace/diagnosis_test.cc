@@ -202,6 +202,43 @@ TEST(Diagnosis, EstimatesWhatLocalSgdWouldChange) {
   EXPECT_FALSE(diagnose_run(run(2, 24, 0.001, 0.003, 0.006), local, {}).local_sgd);
 }
 
+TEST(Diagnosis, EstimatesWhatSspWouldChange) {
+  // A persistent straggler (50 ms against 10 ms): it still trains all of its own steps, 52 ms and
+  // one 5 ms exchange each, which is what the run took. Nothing to recommend.
+  auto persistent = diagnose_run(run(3, 32, 0.002, 0.010, 0.005, 1, 0.050), facts(), {});
+  ASSERT_TRUE(persistent.ssp);
+  EXPECT_EQ(persistent.ssp->steps, 32);
+  EXPECT_NEAR(persistent.ssp->measured_s, 0.057, 1e-5);
+  EXPECT_NEAR(persistent.ssp->ssp_s, 0.057, 1e-5);
+  EXPECT_FALSE(contains(persistent.recommendations, "sync.mode: ssp"))
+      << joined(persistent.recommendations);
+
+  // Transient stragglers: each step another rank is 40 ms slower. Allreduce waits for that rank
+  // every step (54 ms a step); with a staleness of 3 every rank goes at its own mean pace, 12, 12
+  // and 52 ms of work plus 2 ms of exchange per three steps.
+  std::vector<RankSteps> moving = run(3, 24, 0.002, 0.010, 0.002);
+  for (auto& r : moving) {
+    for (auto& st : r.steps) {
+      if (st.step % 3 != r.rank) continue;
+      st.compute_s += 0.040;
+      st.ready_us += 40000;
+    }
+  }
+  for (size_t i = 0; i < moving[0].steps.size(); ++i) {
+    for (auto& r : moving) {
+      auto& st = r.steps[i];
+      st.sync_s = 0.052 - st.busy_s() + 0.002;
+    }
+  }
+  auto transient = diagnose_run(moving, facts(), {});
+  ASSERT_TRUE(transient.ssp);
+  EXPECT_NEAR(transient.ssp->measured_s, 0.054, 1e-5);
+  EXPECT_NEAR(transient.ssp->ssp_s, (0.012 + 0.012 + 0.052 + 3 * 0.002) / 3, 2e-3);
+  EXPECT_TRUE(contains(transient.recommendations, "with sync.mode: ssp, sync.staleness: 3"))
+      << joined(transient.recommendations);
+  EXPECT_TRUE(transient.to_json().contains("ssp_estimate"));
+}
+
 TEST(Diagnosis, FailedAndHungRunsLeadWithTheirCause) {
   RunOutcome o{.status = "failed", .error = "rank 1: a collective timed out"};
   o = read_hang_report(

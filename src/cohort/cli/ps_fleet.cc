@@ -140,9 +140,23 @@ void ServerFleet::retire_orphans(const std::vector<int>& members) {
 
 void ServerFleet::stop() {
   control_.reset();
+  try {
+    store_.set(ps::keys::kStop, store::to_bytes("1"));  // servers started elsewhere end too
+  } catch (const Error& e) {
+    spdlog::warn("parameter servers: cannot tell them the job is over: {}", e.what());
+  }
   for (auto& [index, p] : processes_) {
     if (p.running()) p.terminate(std::chrono::seconds(5));
   }
+}
+
+json ServerFleet::rows() const {
+  json rows = manager_.rows();
+  for (json& r : rows) {
+    auto p = processes_.find(r["server"].get<int>());
+    if (p != processes_.end() && p->second.running()) r["pid"] = p->second.pid();
+  }
+  return rows;
 }
 
 json ServerFleet::summary() const {

@@ -48,6 +48,8 @@ class ServerFleet {
   // Stops every server it started (at the end of the job).
   void stop();
   nlohmann::json summary() const;
+  // The console's rows (ps::ViewManager::rows with each server's pid).
+  nlohmann::json rows() const;
   // The command that starts server `index` elsewhere (printed for --external-workers).
   std::string external_command(int index, const std::string& token_file) const;
 

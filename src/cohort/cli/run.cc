@@ -562,6 +562,7 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
       if (!joiners_possible() && !coordinator.changing()) {
         servers->retire_orphans(coordinator.members());
       }
+      if (console) console->monitor().set_servers(servers->rows());
     }
     if (group && group->poll() && !coordinator.summaries()) {
       status = "failed";

@@ -148,6 +148,8 @@ void ConsoleServer::add_jobs(const std::string& prefix, JobFinder find) {
         with_job([](const JobMonitor& j, Ptr, Req, Res res) { send_json(res, j.job()); }));
   s.Get(prefix + "/api/workers",
         with_job([](const JobMonitor& j, Ptr, Req, Res res) { send_json(res, j.workers()); }));
+  s.Get(prefix + "/api/servers",
+        with_job([](const JobMonitor& j, Ptr, Req, Res res) { send_json(res, j.servers()); }));
   s.Get(prefix + "/api/events",
         with_job([](const JobMonitor& j, Ptr, Req, Res res) { send_json(res, j.events()); }));
   s.Get(

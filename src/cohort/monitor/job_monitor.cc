@@ -256,7 +256,7 @@ json JobMonitor::worker_locked(int rank) const {
   r["pid"] = src.is_object() ? src.value("pid", 0L) : 0L;
   if (w.status.is_object()) {
     for (const char* k : {"step", "total_steps", "epoch", "step_time", "comm_share", "bytes_sent",
-                          "samples_per_sec", "time"}) {
+                          "samples_per_sec", "time", "staleness"}) {
       if (w.status.contains(k)) r[k] = w.status[k];
     }
     r["status_age_seconds"] = now - w.status.value("time", w.status_seen);
@@ -290,6 +290,23 @@ json JobMonitor::workers() const {
   return out;
 }
 
+void JobMonitor::set_servers(const json& rows) {
+  std::lock_guard lk(mu_);
+  // Heartbeat ages move every call: a row changes the console when anything else in it does.
+  auto without_age = [](json r) {
+    for (auto& row : r) row.erase("heartbeat_age_seconds");
+    return r;
+  };
+  const bool moved = without_age(rows) != without_age(servers_);
+  servers_ = rows;
+  if (moved) changed();
+}
+
+json JobMonitor::servers() const {
+  std::lock_guard lk(mu_);
+  return servers_;
+}
+
 json JobMonitor::metrics_since(int64_t step) const {
   std::lock_guard lk(mu_);
   json out = json::array();
@@ -310,6 +327,7 @@ json JobMonitor::delta(Cursor& c) const {
   json ws = json::array();
   for (int r = 0; r < static_cast<int>(workers_.size()); ++r) ws.push_back(worker_locked(r));
   d["workers"] = worker_rows_.is_array() ? worker_rows_ : std::move(ws);
+  d["servers"] = servers_;
   json ms = json::array(), es = json::array();
   for (size_t i = c.metrics; i < metrics_.size(); ++i) ms.push_back(metrics_[i]);
   for (size_t i = c.events; i < events_.size(); ++i) es.push_back(events_[i]);

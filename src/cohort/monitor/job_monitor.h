@@ -51,6 +51,10 @@ class JobMonitor {
   int ranks() const;
   // The launcher saw the worker's process end (e.g. "exit 0", "killed by SIGKILL").
   void worker_exited(int rank, const std::string& how, bool ok);
+  // The job's parameter servers as the launcher sees them (one row each: server, incarnation,
+  // address, pid, state, primary_of, backup_of, heartbeat_age_seconds); an empty array when the
+  // job has none.
+  void set_servers(const nlohmann::json& rows);
   // The job ended: state is "completed", "failed" or "cancelled"; summary is summary.json.
   void finish(const std::string& state, const nlohmann::json& summary);
   void set_console_url(const std::string& url);
@@ -62,6 +66,7 @@ class JobMonitor {
   // Views served by the API (see docs/console.md for their fields).
   nlohmann::json job() const;
   nlohmann::json workers() const;
+  nlohmann::json servers() const;
   nlohmann::json metrics_since(int64_t step) const;  // records with step > `step`
   nlohmann::json events() const;
   // The Prometheus text exposition format, version 0.0.4.
@@ -106,6 +111,7 @@ class JobMonitor {
   std::vector<nlohmann::json> events_;
   std::vector<Worker> workers_;
   nlohmann::json worker_rows_;  // set_worker_rows(), or null
+  nlohmann::json servers_ = nlohmann::json::array();
   double finished_ = 0;
   int members_ = 0;  // workers in the current membership epoch (membership_changed events)
 };

@@ -193,7 +193,7 @@ void FrameServer::add_ready(Socket sock, std::string peer, const std::string& in
   c->duplex = true;
   const ConnId id = c->id;
   conns_.emplace(id, std::move(c));
-  handler_.on_ready(id, info);
+  handler_.on_ready(id, info, /*adopted=*/true);
 }
 
 std::string FrameServer::peer(ConnId conn) const {
@@ -274,7 +274,7 @@ void FrameServer::handle_frame(Conn& c, Frame f) {
       c.state = State::kReady;
       c.deadline = Deadline::never();
       flush(c);
-      handler_.on_ready(id, info);
+      handler_.on_ready(id, info, /*adopted=*/false);
       return;
     }
     case State::kReady:

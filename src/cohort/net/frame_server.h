@@ -57,9 +57,10 @@ class FrameServer {
     // A frame of an authenticated connection. An exception closes the connection, its message
     // the reason (one warning).
     virtual void on_frame(ConnId conn, Frame frame) = 0;
-    // A connection became Ready: the peer's handshake info (accepted or adopted).
-    virtual void on_ready(ConnId conn, const std::string& peer_info) {
-      (void)conn, (void)peer_info;
+    // A connection became Ready: the peer's handshake info, and whether this side opened it
+    // (adopt()) rather than accepted it.
+    virtual void on_ready(ConnId conn, const std::string& peer_info, bool adopted) {
+      (void)conn, (void)peer_info, (void)adopted;
     }
     virtual void on_closed(ConnId conn) { (void)conn; }
     // The earliest deadline the handler waits for; on_tick() runs after every round of the loop.

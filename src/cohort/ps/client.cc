@@ -193,7 +193,9 @@ std::vector<Response> Client::exchange(std::vector<std::optional<Request>> reque
     }
     Deadline wake = deadline;
     for (uint32_t s = 0; s < n; ++s) {
-      if (requests[s] && !answers[s] && !in_flight[s]) wake = wake.earlier(retry_at[s]);
+      if (requests[s] && !answers[s] && !in_flight[s] && !retry_at[s].expired()) {
+        wake = wake.earlier(retry_at[s]);
+      }
     }
     if (::poll(fds.data(), fds.size(), wake.poll_timeout_ms()) < 0 && errno != EINTR) {
       throw SystemError("poll", errno);

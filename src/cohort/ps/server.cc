@@ -191,6 +191,13 @@ void Server::Impl::store_loop() {
         notes.swap(synced_notes_);
       }
       for (const auto& key : notes) store_->set(key, store::to_bytes("1"));
+      if (store_->check({keys::kStop})) {
+        spdlog::info("{}: the job is over", name());
+        std::lock_guard lk(mu_);
+        done_ = true;
+        cv_.notify_all();
+        return;
+      }
       const auto wait = std::chrono::duration_cast<Millis>(next_beat - Clock::now());
       if (auto v = wait_for_view(*store_, seen, std::max(wait, Millis(1)))) {
         seen = v->number;
@@ -306,11 +313,12 @@ void Server::Impl::connect_link(int server) {
        done});
 }
 
-void Server::Impl::on_ready(ConnId conn, const std::string& peer_info) {
+void Server::Impl::on_ready(ConnId conn, const std::string& peer_info, bool adopted) {
   peers_[conn] = peer_info;
   auto id = parse_server_info(peer_info);
-  if (!id) return;
-  // An adopted link to a backup (an accepted connection from a primary is served as requests).
+  // A link this server opened to a backup. (A connection a primary opened to this one is served
+  // as requests, even when this server is connecting to that primary at the same moment.)
+  if (!id || !adopted) return;
   auto it = links_.find(id->first);
   if (it == links_.end() || !it->second.connecting || it->second.incarnation != id->second) return;
   it->second.connecting = false;

@@ -34,7 +34,7 @@ class Server::Impl : public net::FrameServer::Handler {
 
   // net::FrameServer::Handler (the loop thread)
   void on_frame(ConnId conn, net::Frame frame) override;
-  void on_ready(ConnId conn, const std::string& peer_info) override;
+  void on_ready(ConnId conn, const std::string& peer_info, bool adopted) override;
   void on_closed(ConnId conn) override;
   Deadline next_deadline() override;
   void on_tick() override;

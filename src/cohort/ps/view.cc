@@ -205,6 +205,32 @@ void ViewManager::lose(int index, const std::string& cause, std::vector<json>& e
   publish(events, "server " + std::to_string(index) + " lost");
 }
 
+json ViewManager::rows() const {
+  json out = json::array();
+  const auto now = Clock::now();
+  for (int i = 0; i < servers_; ++i) {
+    json r{{"server", i}, {"state", "starting"}};
+    if (static_cast<size_t>(i) < view_.servers.size()) {
+      const ServerEntry& e = view_.servers[static_cast<size_t>(i)];
+      r["incarnation"] = e.incarnation;
+      r["address"] = e.address;
+      r["state"] = e.up ? "up" : "lost";
+      json primary = json::array(), backup = json::array();
+      for (size_t s = 0; s < view_.shards.size(); ++s) {
+        if (e.up && view_.shards[s].primary == i) primary.push_back(s);
+        if (e.up && view_.shards[s].backup == i) backup.push_back(s);
+      }
+      r["primary_of"] = primary;
+      r["backup_of"] = backup;
+    }
+    if (auto w = watch_.find(i); w != watch_.end() && w->second.beats >= 0) {
+      r["heartbeat_age_seconds"] = std::chrono::duration<double>(now - w->second.last_beat).count();
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
 std::vector<int> ViewManager::take_lost() {
   std::vector<int> out;
   out.swap(lost_);

@@ -18,6 +18,7 @@
 //   ps/synced/<shard>/<inc>  server process <inc> holds shard <shard>'s state (a new backup)
 //   ps/view/<n>              view n (JSON), n = 1, 2, ...
 //   ps/view_latest           the newest n
+//   ps/stop                  the job is over: servers started elsewhere end too
 //   ps/slot/<slot>           the job rank of the worker that trains slot <slot> (its data shard
 //                            and its clock); a replacement takes over a slot whose worker is gone
 #pragma once
@@ -40,6 +41,7 @@ namespace keys {
 inline const std::string kSettings = "ps/settings";
 inline const std::string kIncarnation = "ps/incarnation";
 inline const std::string kViewLatest = "ps/view_latest";
+inline const std::string kStop = "ps/stop";
 inline std::string registration(int index) {
   return "ps/register/" + std::to_string(index);
 }
@@ -104,6 +106,9 @@ class ViewManager {
   // Why the job cannot go on (a shard lost with both its copies), once that happened.
   std::optional<std::string> failure() const { return failure_; }
   bool ready() const { return view_.number > 0; }
+  // One row per server for the console: server, incarnation, address, state ("up", "lost",
+  // "starting"), primary_of and backup_of (shards), heartbeat_age_seconds.
+  nlohmann::json rows() const;
   const View& view() const { return view_; }
 
  private:

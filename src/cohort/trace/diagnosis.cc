@@ -84,6 +84,37 @@ std::optional<LocalSgdEstimate> estimate_local_sgd(
   return e;
 }
 
+// SspEstimate over the steps every rank reported, in order.
+std::optional<SspEstimate> estimate_ssp(const std::map<int64_t, std::map<int, StepRecord>>& common,
+                                        double comm_s, int64_t staleness) {
+  if (common.empty()) return std::nullopt;
+  SspEstimate e{.staleness = staleness};
+  std::map<int, std::vector<double>> end;  // rank -> when each of its steps ends
+  double measured = 0;
+  for (const auto& [step, recs] : common) {
+    const auto k = static_cast<size_t>(e.steps);
+    // Every rank must have finished step k - staleness - 1 before any starts step k.
+    double gate = 0;
+    if (k >= static_cast<size_t>(staleness) + 1) {
+      for (const auto& [rank, ends] : end) gate = std::max(gate, ends[k - staleness - 1]);
+    }
+    double longest = 0;
+    for (const auto& [rank, rec] : recs) {
+      std::vector<double>& ends = end[rank];
+      const double own = ends.empty() ? 0 : ends.back();
+      ends.push_back(std::max(own, gate) + rec.busy_s() + comm_s);
+      longest = std::max(longest, rec.step_s());
+    }
+    measured += longest;
+    ++e.steps;
+  }
+  double last = 0;
+  for (const auto& [rank, ends] : end) last = std::max(last, ends.back());
+  e.measured_s = measured / static_cast<double>(e.steps);
+  e.ssp_s = last / static_cast<double>(e.steps);
+  return e;
+}
+
 }  // namespace
 
 Diagnosis diagnose_run(const std::vector<RankSteps>& ranks, const JobFacts& job,
@@ -188,6 +219,7 @@ Diagnosis diagnose_run(const std::vector<RankSteps>& ranks, const JobFacts& job,
   d.stragglers = find_stragglers(busy, job.straggler);
   if (job.sync_mode == "allreduce" && by_rank.size() > 1) {
     d.local_sgd = estimate_local_sgd(common, d.mean.comm_s, 8);
+    d.ssp = estimate_ssp(common, d.mean.comm_s, 3);
   }
 
   // Findings: the numbers, in words.
@@ -332,6 +364,17 @@ std::vector<std::string> recommendations(const Diagnosis& d) {
                              : "a persistent straggler still sets the pace of every period, "
                                "so only the communication is saved"));
   }
+  if (const auto& e = d.ssp; e && e->speedup() >= 1.25 && wait >= 0.2) {
+    out.push_back(strf(
+        "ranks wait %s of each step for one another: with sync.mode: ssp, sync.staleness: %lld "
+        "and parameter_servers, its measured step times give %.1f ms per step instead of %.1f "
+        "ms (%.2fx), as a rank that is slow for a few steps holds the others back only once it "
+        "is %lld steps behind; %s. Stale gradients may need more steps to the same accuracy",
+        pct(wait).c_str(), static_cast<long long>(e->staleness), 1e3 * e->ssp_s,
+        1e3 * e->measured_s, e->speedup(), static_cast<long long>(e->staleness),
+        d.stragglers.empty() ? "slow spells that come and go are what it absorbs"
+                             : "a persistent straggler still has all of its own steps to train"));
+  }
   if (out.empty()) {
     out.push_back(strf("no single bottleneck: compute %s, data %s, waiting %s, communication %s",
                        pct(compute).c_str(), pct(data).c_str(), pct(wait).c_str(),
@@ -376,6 +419,12 @@ json Diagnosis::to_json() const {
       {"probe",
        {{"bytes", probe_bytes}, {"busbw_gbps", probe_busbw_gbps}, {"algorithm", probe_algorithm}}},
       {"stragglers", stragglers_json},
+      {"ssp_estimate", ssp ? json{{"staleness", ssp->staleness},
+                                  {"steps", ssp->steps},
+                                  {"measured_step_s", ssp->measured_s},
+                                  {"ssp_step_s", ssp->ssp_s},
+                                  {"speedup", ssp->speedup()}}
+                           : json(nullptr)},
       {"local_sgd_estimate", local_sgd ? json{{"period", local_sgd->period},
                                               {"steps", local_sgd->steps},
                                               {"measured_step_s", local_sgd->measured_s},

@@ -59,6 +59,20 @@ struct LocalSgdEstimate {
   double speedup() const { return local_sgd_s > 0 ? measured_s / local_sgd_s : 0; }
 };
 
+// What ssp (parameter servers, bounded staleness) would have made of this run's measured steps
+// (an allreduce run): rank r may start step k once it finished step k - 1 and every rank finished
+// step k - staleness - 1; each step takes the rank's measured busy time (data and compute) plus
+// one exchange (the run's mean communication per step). The job's time is the last rank's end:
+// a persistent straggler still has all of its own steps to train, so bounded staleness absorbs
+// transient slowness, not a rank that is always slow. Convergence is not modelled.
+struct SspEstimate {
+  int64_t staleness = 3;
+  int64_t steps = 0;
+  double measured_s = 0;  // the mean step time as run
+  double ssp_s = 0;       // the estimate per step
+  double speedup() const { return ssp_s > 0 ? measured_s / ssp_s : 0; }
+};
+
 // How the run ended (summary.json, hang-report.txt); all optional.
 struct RunOutcome {
   std::string status;         // "completed", "failed", "cancelled"; empty: unknown (no summary)
@@ -92,6 +106,7 @@ struct Diagnosis {
   std::string probe_algorithm;
   std::vector<Straggler> stragglers;
   std::optional<LocalSgdEstimate> local_sgd;  // allreduce runs with enough common steps
+  std::optional<SspEstimate> ssp;             // the same
   std::vector<std::string> findings;          // one line each, the numbers
   std::vector<std::string> recommendations;   // what to change
 

@@ -65,6 +65,7 @@ void StatusReporter::maybe_report(const char* state, int64_t step, int64_t total
                       {"compute_s", compute_seconds_ / n},
                       {"sync_s", wait_seconds_ / n}};
   }
+  if (staleness_ >= 0) s["staleness"] = staleness_;
   if (!busy_.empty()) {
     s["busy"] = {{"first_step", busy_last_ - static_cast<int64_t>(busy_.size()) + 1},
                  {"us", std::vector<int64_t>(busy_.begin(), busy_.end())}};

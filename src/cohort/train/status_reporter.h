@@ -24,6 +24,9 @@ class StatusReporter {
                  const comm::FlightRecorder& recorder, size_t window);
 
   void step(int64_t step, double data_s, double compute_s, double wait_seconds, int64_t samples);
+  // Parameter servers (ssp, async): how many steps the parameters of the next step lag this
+  // rank's (published as "staleness"; -1: not such a mode).
+  void set_staleness(int64_t s) { staleness_ = s; }
   // Publishes if `force` or half a second has passed since the last record.
   void maybe_report(const char* state, int64_t step, int64_t total, int64_t epoch, uint64_t bytes,
                     bool force = false);
@@ -39,6 +42,7 @@ class StatusReporter {
   static constexpr size_t kMaxBusy = 4096;
   std::deque<int64_t> busy_;  // microseconds
   int64_t busy_last_ = -1;
+  int64_t staleness_ = -1;
 };
 
 }  // namespace cohort::train

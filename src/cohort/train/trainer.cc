@@ -300,6 +300,7 @@ void Trainer::train_step(Epoch& e, const Batch& batch, Clock::time_point t0) {
   e.window.add(last_loss_, correct, n, batch.global_batch);
   log::set_step(state_.step);
   recovery_done(e);
+  if (servers_) status_.set_staleness(servers_->staleness());
   status_.step(state_.step, step_data, step_compute, waited, n);
   status_.maybe_report("training", state_.step, e.total_steps, state_.epoch, e.bytes_now());
 }
