@@ -29,6 +29,8 @@
 # (0.85), BENCH_EVAL_EVERY (48), BENCH_EPOCHS (2), BENCH_CAP_S (900), BENCH_BUILD_DIR
 # (build/release), BENCH_OUTPUT (BENCHMARKS.md), BENCH_SKIP_BUILD=1, BENCH_KEEP=1 (keep earlier
 # results; an arm run again in the same regime replaces its result), BENCH_REPORT_ONLY=1,
+# BENCH_OUT_DIR (where runs and results go, build/release/bench-sync), BENCH_MARKER (the section of
+# BENCHMARKS.md written: between <!-- MARKER:begin --> and <!-- MARKER:end -->, sync),
 # BENCH_FAULTS (a straggler scenario for Cohort's arms: a YAML list for `faults:`, e.g.
 # "[{kind: slow, rank: 3, factor: 2.5}]"; it is part of the regime; PyTorch's script has no
 # fault injection, so its arms run only without one).
@@ -53,7 +55,8 @@ CAP_S=${BENCH_CAP_S:-900}
 OUTPUT=${BENCH_OUTPUT:-$ROOT/BENCHMARKS.md}
 NC=$ROOT/scripts/netcluster.sh
 PY=/usr/bin/python3
-OUT=$BUILD/bench-sync
+OUT=${BENCH_OUT_DIR:-$BUILD/bench-sync}
+MARKER=${BENCH_MARKER:-sync}
 RESULTS=$OUT/results.jsonl
 FAULTS=${BENCH_FAULTS:-}
 SERVERS=${BENCH_SERVERS:-4}
@@ -217,14 +220,15 @@ run_torch() {  # ARM (ddp | post_local_sgd)
 }
 
 report() {
-  PYTHONPATH=$ROOT/scripts/lib "$PY" - "$RESULTS" "$OUTPUT" "$(($(date +%s) - started))" \
+  BENCH_MARKER=$MARKER PYTHONPATH=$ROOT/scripts/lib "$PY" - "$RESULTS" "$OUTPUT" "$(($(date +%s) - started))" \
     "$load_before" "$(cut -d' ' -f1-3 /proc/loadavg)" "$QUIET_LOG" "$TARGET" "$EVAL_EVERY" \
     "$EPOCHS" "$CAP_S" <<'PY'
 import json, os, subprocess, sys, time
 from quiet_report import load_note
 from report_text import write_section
 results, output, elapsed, load_before, load_after, quiet_log, target, every, epochs, cap = sys.argv[1:11]
-BEGIN, END = "<!-- sync:begin -->", "<!-- sync:end -->"
+marker = os.environ.get("BENCH_MARKER", "sync")
+BEGIN, END = "<!-- %s:begin -->" % marker, "<!-- %s:end -->" % marker
 rows = [json.loads(l) for l in open(results) if l.strip()]
 cpu = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True, capture_output=True,
                      text=True).stdout.strip()
@@ -237,8 +241,10 @@ names = {"cohort:allreduce": "Cohort allreduce", "cohort:allreduce+balance":
          "cohort:async+inverse": "Cohort async, inverse_staleness",
          "cohort:async+dc": "Cohort async, delay compensation",
          "pytorch:ddp": "PyTorch DDP (Gloo)", "pytorch:post_local_sgd": "PyTorch post-local SGD"}
-lines = [BEGIN, "## Synchronization modes: allreduce, local SGD and parameter servers, Cohort vs "
-         "PyTorch", "",
+title = ("## Synchronization modes: allreduce, local SGD and parameter servers, Cohort vs PyTorch"
+         if marker == "sync" else
+         "## Synchronization modes: parameter servers (ssp, async) against allreduce")
+lines = [BEGIN, title, "",
          "Command: `scripts/bench-sync.sh` (`make bench-sync`), each regime's settings in its "
          "section. Machine: %d CPUs (%s), Linux %s. "
          "Written %s; each arm's load average at its start is in its row." % (

@@ -142,6 +142,14 @@ TEST(K8s, AWrongJobFileIsRefusedWithItsOwnErrors) {
   EXPECT_NE(r.output.find("job.yaml:4:3: train.batch_sise"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(dir / "m.yaml"));
   EXPECT_EQ(sh(cohort() + " k8s " + (dir / "job.yaml").string()).exit_code, 2) << "no --image";
+  // A job with parameter servers: refused, saying why, not written without them.
+  std::ofstream(dir / "ps.yaml") << "name: x\nworkers: 2\nparameter_servers: 2\n"
+                                    "sync: {mode: ssp}\n";
+  r = sh(cohort() + " k8s " + (dir / "ps.yaml").string() + " --image cohort:1 --out " +
+         (dir / "m.yaml").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("needs parameter servers"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "m.yaml"));
   fs::remove_all(dir);
 }
 

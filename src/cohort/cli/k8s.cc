@@ -263,6 +263,12 @@ int k8s_main(int argc, char** argv) {
                       ") is not supported in the manifests yet: the workers join the "
                       "coordinator's Service; leave coordinator.store out");
   }
+  if (cfg.sync.uses_servers()) {
+    throw ConfigError("cohort k8s: sync.mode " + std::string(train::sync_kind_name(cfg.sync.mode)) +
+                      " needs parameter servers, which the manifests do not start yet; run "
+                      "`cohort ps-server` beside the workers (docs/clusters.md) or use another "
+                      "sync.mode");
+  }
   std::string token;
   if (auto f = args.get("token-file")) {
     token = read_secret_file(*f, "--token-file");
