@@ -127,6 +127,33 @@ TEST(ServerModes, SspBoundsHowFarAheadAWorkerRunsAndAsyncDoesNot) {
   for (const auto& d : {ssp, async}) fs::remove_all(d);
 }
 
+// Rank 0 evaluates while the others wait: their wait is neither training nor exchange time, and
+// the evaluations are on the model of the servers (accuracy rising over the run).
+TEST(ServerModes, TheOthersWaitWhileRankZeroEvaluatesAndThatIsNotTrainingTime) {
+  const fs::path dir =
+      run_job("eval", 120, servers("async", 2, {"train.eval_every_steps=30", "workers=2"}));
+  const json s = read_json(dir / "summary.json");
+  ASSERT_EQ(s["per_rank"].size(), 2u) << s.dump(2);
+  const json& r0 = s["per_rank"][0];
+  const json& r1 = s["per_rank"][1];
+  EXPECT_GT(r1["held_seconds"].get<double>(), 0.05) << r1.dump(2);
+  EXPECT_GE(r1["eval_seconds"].get<double>(), r1["held_seconds"].get<double>()) << r1.dump(2);
+  // Both computed the same steps of the same model: the held one's compute is not inflated by
+  // the evaluations it waited through.
+  EXPECT_LT(r1["compute_seconds"].get<double>(),
+            r0["compute_seconds"].get<double>() + 0.5 * r1["held_seconds"].get<double>())
+      << s.dump(2);
+  std::vector<double> accuracy;
+  std::ifstream metrics(dir / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const json m = json::parse(line);
+    if (m.contains("test_accuracy")) accuracy.push_back(m["test_accuracy"].get<double>());
+  }
+  ASSERT_EQ(accuracy.size(), 4u);
+  EXPECT_GT(accuracy.back(), accuracy.front());
+  fs::remove_all(dir);
+}
+
 // `cohort run` in the background; kills the process of parameter server `server` (SIGKILL) once
 // rank 0 has logged step `at_step`, and waits for the job. Returns its exit code.
 int run_and_kill_server(const fs::path& dir, const std::vector<std::string>& sets, int server,

@@ -309,7 +309,7 @@ class ServerMode final : public SyncMode {
     const ServerWorker::Exchange x = w_.exchange(p_.model, step, learning_rate(p_.optimizer));
     held_s_ += x.held_s;
     agree_ = false;
-    return {.wait_s = x.wait_s - x.held_s, .synced_us = comm::now_us()};
+    return {.wait_s = x.wait_s - x.held_s, .synced_us = comm::now_us(), .held_s = x.held_s};
   }
   bool replicas_agree() const override { return agree_; }
   // The end of training (trainer.cc waits for every slot first): every replica holds the final
