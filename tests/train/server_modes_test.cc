@@ -94,15 +94,16 @@ TEST(ServerModes, SspBoundsHowFarAheadAWorkerRunsAndAsyncDoesNot) {
     }
   }
   EXPECT_GT(bound_hit, 60) << "the fast workers never reached the bound";
-  // The fast workers wait for the slow one: they end with it.
+  // The fast workers wait for the slow one: a fast worker's last step (clock 119) waits for
+  // version 118, which needs the slow worker's push of clock 117, which it sent only after its
+  // step 116 had ended.
   const auto last_end = [](const std::vector<json>& s) {
     return s.back()["end_us"].get<int64_t>();
   };
-  const double slow_ssp_s =
-      1e-6 * static_cast<double>(last_end(ssp_logs.at(2)) -
-                                 ssp_logs.at(2).front()["end_us"].get<int64_t>());
-  EXPECT_GT(last_end(ssp_logs.at(0)),
-            last_end(ssp_logs.at(2)) - static_cast<int64_t>(1e6 * slow_ssp_s * 3 / 120));
+  for (int rank : {0, 1}) {
+    EXPECT_GT(last_end(ssp_logs.at(rank)), ssp_logs.at(2).at(116)["end_us"].get<int64_t>())
+        << "rank " << rank;
+  }
 
   const auto async_logs = step_logs(async);
   ASSERT_EQ(async_logs.size(), 3u);

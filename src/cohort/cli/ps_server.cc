@@ -11,11 +11,9 @@
 
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
-#include "cohort/base/secret.h"
 #include "cohort/cli/args.h"
-#include "cohort/net/socket.h"
+#include "cohort/cli/join_flags.h"
 #include "cohort/ps/server.h"
-#include "cohort/store/connect.h"
 
 namespace cohort::cli {
 
@@ -34,29 +32,14 @@ int ps_server_main(int argc, char** argv) {
            "--token-file.\n";
     return args.has("help") ? 0 : 2;
   }
+  const JoinFlags flags = read_join_flags(args, "workers reach this server");
   ps::ServerOptions o;
-  o.store = *args.get("join");
-  if (!store::is_etcd(o.store)) net::Endpoint::parse(o.store);  // refused now, not later
+  o.store = flags.join;
+  o.token = flags.token;
+  o.bind_host = flags.bind;
   o.index = static_cast<int>(args.get_int("index", -1));
   if (o.index < 0) throw ConfigError("--index: expected a server index >= 0");
-  if (auto f = args.get("token-file")) {
-    o.token = read_secret_file(*f, "--token-file");
-  } else if (const char* t = std::getenv("COHORT_TOKEN")) {
-    o.token = t;
-  } else {
-    throw ConfigError("no job token: set COHORT_TOKEN or pass --token-file");
-  }
   o.port = static_cast<uint16_t>(args.get_int("port", 0));
-  if (auto bind = args.get("bind")) {
-    o.bind_host = *bind;
-  } else {
-    try {
-      o.bind_host = net::local_address_towards(store::store_host(o.store));
-    } catch (const Error& e) {
-      throw ConfigError("cohort ps-server: cannot tell which address workers reach it at (" +
-                        std::string(e.what()) + "); pass --bind");
-    }
-  }
   // The stop signals go to one thread, which stops the server; every other thread blocks them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);

@@ -11,6 +11,7 @@
 #include "cohort/base/secret.h"
 #include "cohort/cli/args.h"
 #include "cohort/cli/commands.h"
+#include "cohort/cli/join_flags.h"
 #include "cohort/net/socket.h"
 #include "cohort/store/connect.h"
 
@@ -47,29 +48,12 @@ int worker_main(int argc, char** argv) {
            "The job token is read from COHORT_TOKEN or --token-file.\n";
     return args.has("help") ? 0 : 2;
   }
+  const JoinFlags flags = read_join_flags(args, "peers reach this worker");
   train::WorkerOptions opts;
-  opts.join = *args.get("join");
-  if (!store::is_etcd(opts.join)) net::Endpoint::parse(opts.join);  // refused now, not later
-  if (auto f = args.get("token-file")) {
-    opts.token = read_secret_file(*f, "--token-file");
-  } else if (const char* t = std::getenv("COHORT_TOKEN")) {
-    opts.token = t;
-  } else {
-    throw ConfigError("no job token: set COHORT_TOKEN or pass --token-file");
-  }
+  opts.join = flags.join;
+  opts.token = flags.token;
+  opts.bind_host = flags.bind;
   opts.rank = static_cast<int>(args.get_int("rank", rank_from_environment()));
-  // Where peers reach this worker: by default the address of the interface that leads to the
-  // coordinator (loopback for a coordinator on this machine's loopback).
-  if (auto bind = args.get("bind")) {
-    opts.bind_host = *bind;
-  } else {
-    try {
-      opts.bind_host = net::local_address_towards(store::store_host(opts.join));
-    } catch (const Error& e) {
-      throw ConfigError("cohort worker: cannot tell which address peers reach this worker at (" +
-                        std::string(e.what()) + "); pass --bind");
-    }
-  }
   return train::run_worker(opts);
 }
 

@@ -196,7 +196,7 @@ ServerWorker::Exchange ServerWorker::exchange(torch::nn::Module& model, int64_t 
                    .lr = lr,
                    .min_version = min_version,
                    .wait = kWaitSlice,
-                   .counts = {.epoch = samples_.epoch,
+                   .counts = {.epoch = samples_epoch_,
                               .samples = samples_.samples,
                               .id_sum = samples_.id_sum,
                               .id_sq_sum = samples_.id_sq_sum}},

@@ -26,6 +26,7 @@
 
 #include "cohort/elastic/agent.h"
 #include "cohort/train/sync_mode.h"
+#include "cohort/train/train_state.h"
 
 namespace cohort::ps {
 class Client;
@@ -40,12 +41,6 @@ struct Place {
   int slot = 0;
   int slots = 1;
   int64_t clock = 0;
-};
-
-// What a step pushes besides its gradients: the samples it trained (per data epoch).
-struct StepSamples {
-  int64_t epoch = 0;
-  double samples = 0, id_sum = 0, id_sq_sum = 0;
 };
 
 // One worker's side of the parameter servers, kept across membership epochs.
@@ -66,8 +61,11 @@ class ServerWorker {
   // worker's), the servers' parameters set from `model` when the job starts (`lead`: the lowest
   // rank of the first epoch), and the parameters pulled into `model`.
   Place begin(torch::nn::Module& model, const elastic::Membership& m, bool lead);
-  // The samples of the step about to be pushed.
-  void set_samples(const StepSamples& s) { samples_ = s; }
+  // The samples of the step about to be pushed (of data epoch `epoch`).
+  void set_samples(int64_t epoch, const EpochCount& c) {
+    samples_epoch_ = epoch;
+    samples_ = c;
+  }
   // Backward is done: pushes the gradients (scaled by 1 / slots) for `clock` and pulls the
   // parameters into `model`. Returns the time blocked, of which `held` was spent while another
   // worker evaluated.
@@ -116,7 +114,8 @@ class ServerWorker {
   std::vector<float> grads_, params_;
   int slot_ = -1;
   int64_t clock_ = 0;
-  StepSamples samples_;
+  int64_t samples_epoch_ = 0;
+  EpochCount samples_;
   bool stopped_ = false;
   int64_t staleness_ = -1;
   std::vector<uint64_t> staleness_hist_;

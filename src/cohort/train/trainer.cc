@@ -239,7 +239,7 @@ void Trainer::train_step(Epoch& e, const Batch& batch, Clock::time_point t0) {
       loss_sum * (static_cast<double>(e.data_world) / static_cast<double>(batch.global_batch));
   const ddp::DdpStats before = e.ddp.stats();
   const comm::CollectiveTotals coll_before = recorder_.totals();
-  StepSamples trained{.epoch = state_.epoch};
+  EpochCount trained;
   for (int64_t i : batch.indices) {
     const auto d = static_cast<double>(i);
     trained.samples += 1;
@@ -247,7 +247,7 @@ void Trainer::train_step(Epoch& e, const Batch& batch, Clock::time_point t0) {
     trained.id_sq_sum += d * d;
   }
   const int64_t staleness = servers_ ? servers_->staleness() : -1;  // of the parameters used
-  if (servers_) servers_->set_samples(trained);
+  if (servers_) servers_->set_samples(state_.epoch, trained);
   const StepSync sync = e.mode.step(loss, state_.step);
   const comm::CollectiveTotals coll = recorder_.totals();
   const double waited = sync.wait_s;
