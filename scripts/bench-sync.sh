@@ -28,7 +28,7 @@
 # (0.025), BENCH_PERIOD (8), BENCH_WARMUP (local SGD's synchronous steps, 0), BENCH_TARGET
 # (0.85), BENCH_EVAL_EVERY (48), BENCH_EPOCHS (2), BENCH_CAP_S (900), BENCH_BUILD_DIR
 # (build/release), BENCH_OUTPUT (BENCHMARKS.md), BENCH_SKIP_BUILD=1, BENCH_KEEP=1 (keep earlier
-# results; an arm run again in the same regime replaces its result), BENCH_REPORT_ONLY=1,
+# results and the load log; an arm run again in the same regime replaces its result), BENCH_REPORT_ONLY=1,
 # BENCH_OUT_DIR (where runs and results go, build/release/bench-sync), BENCH_MARKER (the section of
 # BENCHMARKS.md written: between <!-- MARKER:begin --> and <!-- MARKER:end -->, sync),
 # BENCH_FAULTS (a straggler scenario for Cohort's arms: a YAML list for `faults:`, e.g.
@@ -87,7 +87,7 @@ PY
 else
   : >"$RESULTS"
 fi
-[[ ${BENCH_REPORT_ONLY:-0} == 1 ]] || : >"$QUIET_LOG"
+[[ ${BENCH_REPORT_ONLY:-0} == 1 || ${BENCH_KEEP:-0} == 1 ]] || : >"$QUIET_LOG"
 if [[ ${BENCH_SKIP_BUILD:-0} != 1 && ${BENCH_REPORT_ONLY:-0} != 1 ]]; then
   cmake --build "$BUILD" --target cohort >/dev/null
 fi
@@ -128,6 +128,22 @@ if arm.startswith("cohort:"):
             if all("staleness" in r for r in ranks):
                 stale = {"mean": sum(r["staleness"]["mean"] for r in ranks) / len(ranks),
                          "max": max(r["staleness"]["max"] for r in ranks)}
+    if wait is None and os.path.isdir(d + "/run/steps"):
+        # Stopped at the cap, no summary: the same figures from the per-rank step logs.
+        shares, means, worst = [], [], 0
+        for f in sorted(os.listdir(d + "/run/steps")):
+            rows = [r for r in map(json.loads, open(d + "/run/steps/" + f)) if r["type"] == "step"]
+            busy = sum(r["data_s"] + r["compute_s"] + r["sync_s"] for r in rows)
+            if rows and busy > 0:
+                shares.append(sum(r["sync_s"] for r in rows) / busy)
+                lags = [r.get("staleness", -1) for r in rows]
+                if min(lags) >= 0:
+                    means.append(sum(lags) / len(lags))
+                    worst = max(worst, max(lags))
+        if shares:
+            wait = sum(shares) / len(shares)
+        if means and len(means) == len(shares):
+            stale = {"mean": sum(means) / len(means), "max": worst}
 else:
     for line in open(d + "/rank-0.txt"):
         if not line.startswith("{"):
