@@ -21,8 +21,8 @@ bool same(const Request& a, const Request& b) {
          a.range == b.range && a.saved_state == b.saved_state && a.blob == b.blob &&
          a.slot == b.slot && a.clock == b.clock && a.push == b.push && a.pull == b.pull &&
          a.min_version == b.min_version && a.min_clock == b.min_clock && a.wait_ms == b.wait_ms &&
-         a.counts.epoch == b.counts.epoch && a.ranges == b.ranges && a.action == b.action &&
-         a.known == b.known && a.from_server == b.from_server && values;
+         a.fresh_ms == b.fresh_ms && a.counts.epoch == b.counts.epoch && a.ranges == b.ranges &&
+         a.action == b.action && a.known == b.known && a.from_server == b.from_server && values;
 }
 
 }  // namespace

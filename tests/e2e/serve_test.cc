@@ -110,36 +110,39 @@ json by_id(const json& jobs, int64_t id) {
 // read; a token file that others can read is refused by name before anything is sent.
 TEST(Serve, SubmittingNeedsTheTokenFromAFileOnlyItsOwnerCanRead) {
   auto dir = fresh_dir("token");
-  Server server(dir / "home", 2);
-  const fs::path token = dir / "home" / "serve.token";
-  ASSERT_TRUE(fs::exists(token));
-  EXPECT_EQ(fs::status(token).permissions() & fs::perms::all,
-            fs::perms::owner_read | fs::perms::owner_write);
-  const fs::path job = write_job(dir, "needs-token", 10);
+  {
+    Server server(dir / "home", 2);
+    const fs::path token = dir / "home" / "serve.token";
+    ASSERT_TRUE(fs::exists(token));
+    EXPECT_EQ(fs::status(token).permissions() & fs::perms::all,
+              fs::perms::owner_read | fs::perms::owner_write);
+    const fs::path job = write_job(dir, "needs-token", 10);
 
-  auto none = sh(cohort() + " submit " + job.string() + server.url_flag(), 60);
-  EXPECT_NE(none.exit_code, 0) << none.output;
-  EXPECT_NE(none.output.find("needs the server's token"), std::string::npos) << none.output;
+    auto none = sh(cohort() + " submit " + job.string() + server.url_flag(), 60);
+    EXPECT_NE(none.exit_code, 0) << none.output;
+    EXPECT_NE(none.output.find("needs the server's token"), std::string::npos) << none.output;
 
-  const fs::path loose = dir / "loose.token";
-  fs::copy_file(token, loose);
-  fs::permissions(loose, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
-                             fs::perms::others_read);
-  auto refused = sh(
-      cohort() + " submit " + job.string() + server.url_flag() + " --token-file " + loose.string(),
-      60);
-  EXPECT_EQ(refused.exit_code, 2) << refused.output;
-  EXPECT_NE(refused.output.find("--token-file " + loose.string() +
-                                ": other users can read or change it (mode 0644)"),
-            std::string::npos)
-      << refused.output;
-  EXPECT_NE(refused.output.find("chmod 600"), std::string::npos) << refused.output;
-  EXPECT_EQ(server.jobs(), json::array());
+    const fs::path loose = dir / "loose.token";
+    fs::copy_file(token, loose);
+    fs::permissions(loose, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                               fs::perms::others_read);
+    auto refused = sh(cohort() + " submit " + job.string() + server.url_flag() + " --token-file " +
+                          loose.string(),
+                      60);
+    EXPECT_EQ(refused.exit_code, 2) << refused.output;
+    EXPECT_NE(refused.output.find("--token-file " + loose.string() +
+                                  ": other users can read or change it (mode 0644)"),
+              std::string::npos)
+        << refused.output;
+    EXPECT_NE(refused.output.find("chmod 600"), std::string::npos) << refused.output;
+    EXPECT_EQ(server.jobs(), json::array());
 
-  auto ok = sh(cohort() + " submit " + job.string() + server.flag(), 60);
-  EXPECT_EQ(ok.exit_code, 0) << ok.output;
-  server.wait_for([](const json& j) { return j.size() == 1 && j[0]["state"] == "completed"; },
-                  "the job to complete");
+    auto ok = sh(cohort() + " submit " + job.string() + server.flag(), 60);
+    EXPECT_EQ(ok.exit_code, 0) << ok.output;
+    server.wait_for([](const json& j) { return j.size() == 1 && j[0]["state"] == "completed"; },
+                    "the job to complete");
+  }  // the server stops
+  fs::remove_all(dir);
 }
 
 TEST(Serve, ABadJobFileIsRefusedWithRunsErrorAndNothingIsQueued) {

@@ -22,11 +22,12 @@ using cohort::e2e::slurp;
 const std::string kCohort = COHORT_BINARY;
 
 fs::path job_file(const fs::path& dir) {
-  std::ofstream(dir / "job.yaml") << "name: simjob\nworkers: 2\nthreads_per_worker: 1\n"
-                                  << "model: {name: mlp}\n"
-                                  << "data: {name: synthetic, samples: 4096, shape: [1, 8, 8], classes: 4}\n"
-                                  << "train: {epochs: 1000, max_steps: 40, batch_size: 32}\n"
-                                  << "checkpoint: {every_steps: 0}\n";
+  std::ofstream(dir / "job.yaml")
+      << "name: simjob\nworkers: 2\nthreads_per_worker: 1\n"
+      << "model: {name: mlp}\n"
+      << "data: {name: synthetic, samples: 4096, shape: [1, 8, 8], classes: 4}\n"
+      << "train: {epochs: 1000, max_steps: 40, batch_size: 32}\n"
+      << "checkpoint: {every_steps: 0}\n";
   return dir / "job.yaml";
 }
 
@@ -42,6 +43,7 @@ class Simulate : public ::testing::Test {
     calibrate_output_ = new std::string(r.output);
   }
   static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
     delete dir_;
     delete calibrate_output_;
   }
@@ -75,12 +77,13 @@ TEST_F(Simulate, CalibrationWritesACompleteProfileOfThisMachineAndTheJob) {
     EXPECT_TRUE(positive(p["kernels"]["codecs"][c]["decode_gbytes_per_s"])) << c;
   }
   const json& c = p["compute"];
-  for (const char* k : {"forward_ms", "backward_ms", "optimizer_ms"}) EXPECT_TRUE(positive(c[k])) << k;
+  for (const char* k : {"forward_ms", "backward_ms", "optimizer_ms"})
+    EXPECT_TRUE(positive(c[k])) << k;
   EXPECT_GE(c["shared_slowdown"].get<double>(), 1.0);
   EXPECT_EQ(c["batch_per_worker"], 32);
   // The mlp's six tensors, last layer first, each ready no earlier than the one before.
   ASSERT_EQ(c["gradients"].size(), 6u);
-  EXPECT_EQ(c["gradients"][0]["bytes"], 4 * 4);        // the last bias: 4 classes
+  EXPECT_EQ(c["gradients"][0]["bytes"], 4 * 4);         // the last bias: 4 classes
   EXPECT_EQ(c["gradients"][5]["bytes"], 4 * 64 * 256);  // the first weight: 64 inputs x 256
   EXPECT_EQ(c["gradients"][5]["rows"], 256);
   double last = 0;
@@ -96,7 +99,8 @@ TEST_F(Simulate, CalibrationWritesACompleteProfileOfThisMachineAndTheJob) {
 TEST_F(Simulate, PredictsEveryWorldAndNamesTheFastestConfiguration) {
   ASSERT_EQ(calibrate_code_, 0) << *calibrate_output_;
   const auto r = sh(kCohort + " simulate " + job() + " --profile " + profile() +
-                    " --workers 1,2,16 --ranks-per-host 2 --link 1gbit --json --html " + (dir() / "r.html").string());
+                    " --workers 1,2,16 --ranks-per-host 2 --link 1gbit --json --html " +
+                    (dir() / "r.html").string());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const json out = json::parse(r.output);
   ASSERT_EQ(out["worlds"].size(), 3u);
@@ -129,14 +133,16 @@ TEST_F(Simulate, DiagnoseSaysWhatTheModelPredictsForARun) {
   ASSERT_EQ(sh(kCohort + " run " + job() + " --run-dir " + run.string(), 240).exit_code, 0);
   const auto r = sh(kCohort + " diagnose " + run.string() + " --profile " + profile());
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("model: 2 workers on this host should take"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("model: 2 workers on this host should take"), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("than predicted"), std::string::npos) << r.output;
   const json d = json::parse(slurp(run / "diagnosis.json"));
   EXPECT_TRUE(positive(d["model"]["predicted_step_s"]));
   EXPECT_TRUE(positive(d["model"]["measured_step_s"]));
   // Without a profile (none given, none in the working directory) it says where one comes from.
   fs::create_directories(dir() / "elsewhere");
-  const auto none = sh("env -C " + (dir() / "elsewhere").string() + " " + kCohort + " diagnose " + run.string());
+  const auto none =
+      sh("env -C " + (dir() / "elsewhere").string() + " " + kCohort + " diagnose " + run.string());
   EXPECT_NE(none.output.find("cohort calibrate"), std::string::npos) << none.output;
 }
 
@@ -144,7 +150,8 @@ TEST_F(Simulate, BadInputIsRefusedByName) {
   ASSERT_EQ(calibrate_code_, 0) << *calibrate_output_;
   auto simulate = [&](const std::string& args) {
     fs::create_directories(dir() / "elsewhere");  // no ./profile.json there
-    return sh("env -C " + (dir() / "elsewhere").string() + " " + kCohort + " simulate " + job() + " " + args);
+    return sh("env -C " + (dir() / "elsewhere").string() + " " + kCohort + " simulate " + job() +
+              " " + args);
   };
   const auto no_profile = simulate("--workers 4");
   EXPECT_EQ(no_profile.exit_code, 2);
@@ -168,8 +175,8 @@ TEST_F(Simulate, BadInputIsRefusedByName) {
   EXPECT_NE(bad.output.find("kernels.reduce_gbytes_per_s"), std::string::npos) << bad.output;
   // A job file with a typo is refused as `cohort run` refuses it.
   std::ofstream(dir() / "typo.yaml") << "name: x\nmodel: {name: mlp}\ncomm: {bucketmb: 4}\n";
-  const auto typo = sh(kCohort + " simulate " + (dir() / "typo.yaml").string() + " --profile " + profile() +
-                       " --workers 2");
+  const auto typo = sh(kCohort + " simulate " + (dir() / "typo.yaml").string() + " --profile " +
+                       profile() + " --workers 2");
   EXPECT_EQ(typo.exit_code, 2);
   EXPECT_NE(typo.output.find("comm.bucketmb"), std::string::npos) << typo.output;
 }

@@ -18,6 +18,8 @@ TEST(PsProtocol, APushPullRoundTripsAndItsValuesPointIntoThePayload) {
   q.lr = 0.05;
   q.push = q.pull = true;
   q.min_version = 38;
+  q.wait_ms = 200;
+  q.fresh_ms = 45;
   q.counts = {.epoch = 1, .samples = 64, .id_sum = 100, .id_sq_sum = 1000};
   q.ranges = {{10, 2}, {20, 1}};
   q.values = values.data();
@@ -32,6 +34,8 @@ TEST(PsProtocol, APushPullRoundTripsAndItsValuesPointIntoThePayload) {
   EXPECT_EQ(d.lr, 0.05);
   EXPECT_TRUE(d.push && d.pull);
   EXPECT_EQ(d.min_version, 38);
+  EXPECT_EQ(d.wait_ms, 200u);
+  EXPECT_EQ(d.fresh_ms, 45u);
   EXPECT_EQ(d.counts, q.counts);
   EXPECT_EQ(d.ranges, q.ranges);
   std::vector<float> got(3);

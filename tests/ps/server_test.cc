@@ -101,6 +101,44 @@ TEST(ParameterServers, AsyncFastWorkerDoesNotWaitForASilentOne) {
   EXPECT_EQ(info.min_clock, 0);  // slot 1 never pushed: the staleness it would report is 20
 }
 
+// ssp: a push's answer may wait (fresh) for the clock it pushed to be complete, so the next step
+// computes on the newest parameters; past that wait only the staleness bound holds it.
+TEST(ParameterServers, SspHoldsAPushsAnswerForItsOwnClockUpToItsFreshWait) {
+  PsCluster cluster(settings(2, 2, Consistency::Ssp));
+  const Layout layout({6, 4}, 2);
+  Client w0(cluster.client_options(0), layout), w1(cluster.client_options(1), layout);
+  w0.init(initial(layout.total()))->wait();
+  const auto keys = w0.all_keys();
+  std::vector<float> p0(layout.total()), p1(layout.total());
+  PullInfo i0, i1;
+  // Clock 0 (s = 1: version 0 would do): worker 0's answer waits for worker 1's push.
+  auto a = w0.push_pull(keys, gradient(0, 0, layout.total()), p0,
+                        {.clock = 0, .lr = 0.1, .min_version = 0, .fresh = Millis(60000)}, &i0);
+  auto b = w1.push_pull(keys, gradient(1, 0, layout.total()), p1,
+                        {.clock = 0, .lr = 0.1, .min_version = 0}, &i1);
+  a->wait(Millis(10000));
+  b->wait(Millis(10000));
+  EXPECT_EQ(i0.version, 1);
+  // Clock 1: worker 1 does not push it; worker 0 is answered at its fresh wait with version 1,
+  // which the bound allows.
+  const auto t = Clock::now();
+  a = w0.push_pull(keys, gradient(0, 1, layout.total()), p0,
+                   {.clock = 1, .lr = 0.1, .min_version = 1, .fresh = Millis(80)}, &i0);
+  a->wait(Millis(10000));
+  EXPECT_GE(Clock::now() - t, Millis(80));
+  EXPECT_EQ(i0.version, 1);
+  EXPECT_TRUE(i0.reached);
+  // The bound still holds whatever the fresh wait: clock 2 needs version 2, i.e. worker 1's
+  // push of clock 1.
+  a = w0.push_pull(keys, gradient(0, 2, layout.total()), p0,
+                   {.clock = 2, .lr = 0.1, .min_version = 2, .fresh = Millis(1)}, &i0);
+  b = w1.push_pull(keys, gradient(1, 1, layout.total()), p1,
+                   {.clock = 1, .lr = 0.1, .min_version = 1}, &i1);
+  a->wait(Millis(10000));
+  b->wait(Millis(10000));
+  EXPECT_GE(i0.version, 2);
+}
+
 // Pushes clocks [from, to) from both workers (ssp, s = 1) and returns the parameters after them.
 std::vector<float> train(Client& w0, Client& w1, int64_t from, int64_t to,
                          std::vector<float>& expect, size_t* acked) {

@@ -2,6 +2,7 @@
 ranks that disagree on its shape, are named."""
 
 import os
+import shutil
 import sys
 import tempfile
 from datetime import timedelta
@@ -63,4 +64,5 @@ if R == 0:
     assert "rank 1" in report and "allreduce #1" in report, report
     print("rank 0: hang report:\n" + report[:600])
 dist.barrier(group=gloo)
+shutil.rmtree(report_dir)
 print(f"rank {R}: every misuse was refused with a clear error")

@@ -627,9 +627,11 @@ TEST(JobConfigSync, ErrorsNameTheKey) {
 }
 
 TEST(JobConfigSync, ParameterServerModes) {
-  JobConfig c = parse_job_config("parameter_servers: 3\nsync: {mode: ssp, staleness: 2}\n", "j");
+  JobConfig c = parse_job_config(
+      "parameter_servers: 3\nsync: {mode: ssp, staleness: 2, fresh_wait: 0.25}\n", "j");
   EXPECT_EQ(c.sync.mode, SyncKind::Ssp);
   EXPECT_EQ(c.sync.staleness, 2);
+  EXPECT_DOUBLE_EQ(c.sync.fresh_wait, 0.25);
   EXPECT_EQ(c.parameter_servers, 3);
   EXPECT_TRUE(c.sync.uses_servers());
   EXPECT_EQ(parse_job_config(to_yaml(c), "j"), c);
@@ -672,6 +674,12 @@ TEST(JobConfigSync, ParameterServerErrorsNameTheKey) {
             "to the parameter servers uncompressed)");
   EXPECT_EQ(error_of("parameter_servers: 2\nsync: {mode: ssp, staleness: -1}"),
             "job.yaml:2:30: sync.staleness: expected an integer in [0, 1048576], got -1");
+  EXPECT_EQ(error_of("parameter_servers: 2\nsync: {mode: ssp, fresh_wait: 1.5}"),
+            "job.yaml:2:31: sync.fresh_wait: expected a number in [0, 1] (a share of a step's "
+            "time; 0: off), got 1.5");
+  EXPECT_EQ(error_of("parameter_servers: 2\nsync: {mode: async, fresh_wait: 0.1}"),
+            "job.yaml:2:33: sync.fresh_wait: does not apply when sync.mode is async (it never "
+            "waits)");
 }
 
 TEST(YamlReader, EditDistanceAndClosestMatch) {

@@ -12,6 +12,11 @@
 //                                      pod that fails is started again under its index, up to
 //                                      elastic.max_restarts in all, and joins as a replacement
 //                                      (elastic/rank_claim.h).
+//   Job          <name>-servers        with sync.mode ssp or async: an Indexed Job of
+//                                      `parameter_servers` pods, `cohort ps-server --index I`
+//                                      (I the completion index). A server pod that fails is
+//                                      started again under its index and backs the shards left
+//                                      without a copy (ps/server.h).
 // Worker pods request `threads_per_worker` CPUs and get a memory-backed /dev/shm large enough for
 // the shared-memory transport's rings.
 #include <sys/stat.h>
@@ -30,6 +35,7 @@
 #include "cohort/base/error.h"
 #include "cohort/base/secret.h"
 #include "cohort/cli/args.h"
+#include "cohort/cli/ps_fleet.h"
 #include "cohort/train/config.h"
 #include "yaml-cpp/yaml.h"
 
@@ -46,8 +52,9 @@ int usage(std::ostream& os, int code) {
   os << "usage: cohort k8s JOB.yaml --image IMAGE [--set key=value]... [--name NAME]\n"
         "                 [--namespace NS] [--token-file F] [--out FILE]\n\n"
         "Writes the Kubernetes manifests that run the job (1.24 or later: an Indexed Job of\n"
-        "workers, a coordinator, their Services, the job file as a ConfigMap and the token as a\n"
-        "Secret) to FILE (mode 0600: it holds the token) or stdout. The image is one built with\n"
+        "workers, one of parameter servers where sync.mode has them, a coordinator, their\n"
+        "Services, the job file as a ConfigMap and the token as a Secret) to FILE (mode 0600: it "
+        "holds the token) or stdout. The image is one built with\n"
         "examples/k8s/Dockerfile. The token is read from --token-file, or made. Apply with\n"
         "`kubectl apply -f FILE`; docs/clusters.md.\n";
   return code;
@@ -104,9 +111,13 @@ struct Manifests {
   std::string token;
 
   std::vector<ojson> all() const {
-    return {secret(),          config_map(),  coordinator_service(),
-            workers_service(), coordinator(), workers()};
+    std::vector<ojson> docs = {secret(),          config_map(),  coordinator_service(),
+                               workers_service(), coordinator(), workers()};
+    if (cfg.sync.uses_servers()) docs.push_back(servers());
+    return docs;
   }
+
+  std::string join() const { return job + "-coordinator:" + std::to_string(kCoordinatorPort); }
 
   ojson secret() const {
     return {{"apiVersion", "v1"},
@@ -183,8 +194,8 @@ struct Manifests {
         {"name", "worker"},
         {"image", image},
         {"command",
-         {"cohort", "worker", "--join", job + "-coordinator:" + std::to_string(kCoordinatorPort),
-          "--token-file", std::string(kTokenDir) + "/token", "--bind", "$(POD_IP)"}},
+         {"cohort", "worker", "--join", join(), "--token-file", std::string(kTokenDir) + "/token",
+          "--bind", "$(POD_IP)"}},
         {"env",
          {{{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}},
           {{"name", "OMP_NUM_THREADS"}, {"value", std::to_string(threads)}},
@@ -209,6 +220,41 @@ struct Manifests {
                   {"restartPolicy", "Never"},
                   {"containers", {container}},
                   {"volumes", {token_volume(job), dshm}}}}}}}}};
+  }
+
+  // The parameter servers: server I is the pod of completion index I. A replacement pod under a
+  // lost server's index backs the shards left without a copy.
+  ojson servers() const {
+    ojson index_env = {
+        {"name", "SERVER_INDEX"},
+        {"valueFrom",
+         {{"fieldRef",
+           {{"fieldPath", "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}}}};
+    ojson container = {
+        {"name", "server"},
+        {"image", image},
+        {"command",
+         {"cohort", "ps-server", "--join", join(), "--index", "$(SERVER_INDEX)", "--token-file",
+          std::string(kTokenDir) + "/token", "--bind", "$(POD_IP)"}},
+        {"env",
+         {{{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}},
+          index_env}},
+        {"resources", resources(1, "1Gi")},
+        {"volumeMounts", {token_mount()}}};
+    return {{"apiVersion", "batch/v1"},
+            {"kind", "Job"},
+            {"metadata", metadata(job + "-servers", ns, job, "server")},
+            {"spec",
+             {{"completionMode", "Indexed"},
+              {"completions", cfg.parameter_servers},
+              {"parallelism", cfg.parameter_servers},
+              {"backoffLimit", kRestartsPerServer * cfg.parameter_servers},
+              {"template",
+               {{"metadata", {{"labels", labels(job, "server")}}},
+                {"spec",
+                 {{"restartPolicy", "Never"},
+                  {"containers", {container}},
+                  {"volumes", {token_volume(job)}}}}}}}}};
   }
 };
 
@@ -262,12 +308,6 @@ int k8s_main(int argc, char** argv) {
     throw ConfigError("cohort k8s: coordinator.store (" + cfg.coordinator.store +
                       ") is not supported in the manifests yet: the workers join the "
                       "coordinator's Service; leave coordinator.store out");
-  }
-  if (cfg.sync.uses_servers()) {
-    throw ConfigError("cohort k8s: sync.mode " + std::string(train::sync_kind_name(cfg.sync.mode)) +
-                      " needs parameter servers, which the manifests do not start yet; run "
-                      "`cohort ps-server` beside the workers (docs/clusters.md) or use another "
-                      "sync.mode");
   }
   std::string token;
   if (auto f = args.get("token-file")) {

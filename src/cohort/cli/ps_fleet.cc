@@ -15,9 +15,6 @@ using nlohmann::json;
 namespace cohort::cli {
 namespace {
 
-// Replacements a job's servers may use up in all: a server that keeps dying is a bug to see.
-constexpr int kRestartsPerServer = 3;
-
 std::chrono::milliseconds ms(double seconds) {
   return std::chrono::milliseconds(static_cast<long>(seconds * 1000));
 }

@@ -25,6 +25,10 @@ namespace cohort::cli {
 
 class EventLog;
 
+// Replacements of its servers a job may use up in all, per server (locally, and as the backoffLimit
+// of a Kubernetes job's servers): a server that keeps dying is a bug to see.
+inline constexpr int kRestartsPerServer = 3;
+
 // The servers' settings as the job file gives them.
 ps::ServerSettings server_settings(const train::JobConfig& cfg);
 

@@ -274,6 +274,7 @@ std::shared_ptr<comm::Work> Client::transfer(const char* what, std::span<const u
       q.min_version = o.min_version;
       q.min_clock = o.min_clock;
       q.wait_ms = static_cast<uint32_t>(o.wait.count());
+      q.fresh_ms = push && to_pull ? static_cast<uint32_t>(o.fresh.count()) : 0;
       if (s == 0) q.counts = o.counts;  // counted once, on shard 0
       q.counts.epoch = o.counts.epoch;
       for (const auto& p : pieces[s]) q.ranges.push_back(p.range);

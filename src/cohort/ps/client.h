@@ -49,6 +49,9 @@ struct PushPullOptions {
   int64_t min_clock = 0;    // pull: ... and every slot has pushed every clock below this
   // pull: answered after this long even if not reached (PullInfo::reached false); 0: no limit
   std::chrono::milliseconds wait{0};
+  // push_pull: once min_version is reached, wait up to this long more for the pushed clock
+  // itself to be applied (Request::fresh_ms)
+  std::chrono::milliseconds fresh{0};
   SampleCounts counts{};  // push: the samples this clock's step trained
 };
 

@@ -32,6 +32,7 @@ void put_push_pull(ByteWriter& w, const Request& q) {
   w.put<uint32_t>(q.slot).put<int64_t>(q.clock).put<double>(q.lr);
   w.put<uint8_t>(static_cast<uint8_t>((q.push ? 1 : 0) | (q.pull ? 2 : 0)));
   w.put<int64_t>(q.min_version).put<int64_t>(q.min_clock).put<uint32_t>(q.wait_ms);
+  w.put<uint32_t>(q.fresh_ms);
   w.put<int64_t>(q.counts.epoch).put<double>(q.counts.samples).put<double>(q.counts.id_sum);
   w.put<double>(q.counts.id_sq_sum);
   w.put<uint32_t>(static_cast<uint32_t>(q.ranges.size()));
@@ -50,6 +51,7 @@ void get_push_pull(ByteReader& r, Request& q) {
   q.min_version = r.get<int64_t>();
   q.min_clock = r.get<int64_t>();
   q.wait_ms = r.get<uint32_t>();
+  q.fresh_ms = r.get<uint32_t>();
   q.counts.epoch = r.get<int64_t>();
   q.counts.samples = r.get<double>();
   q.counts.id_sum = r.get<double>();

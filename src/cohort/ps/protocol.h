@@ -5,7 +5,7 @@
 //     init       range (offset u64, count u64) | kind u8 (0 the f32 parameters, 1 a saved shard
 //                state) | blob (bytes)
 //     push_pull  slot u32 | clock i64 | lr f64 | flags u8 (1 push, 2 pull) | min_version i64 |
-//                min_clock i64 | wait_ms u32 |
+//                min_clock i64 | wait_ms u32 | fresh_ms u32 |
 //                counts (epoch i64, samples f64, id_sum f64, id_sq_sum f64) |
 //                range count u32 | ranges... | values (f32 x the ranges' total, push only)
 //     status, snapshot   (nothing)
@@ -83,6 +83,10 @@ struct Request {
   // pull: answer after this long even if the versions are not reached (then
   // Response::reached is false); 0: wait as long as it takes.
   uint32_t wait_ms = 0;
+  // push_pull (ssp): the pull may wait up to this long for the clock of its push to be applied,
+  // once its min_version is reached, so the next step computes on the newest parameters when
+  // every worker is about as fast; 0: answered as soon as min_version is reached.
+  uint32_t fresh_ms = 0;
   SampleCounts counts{};
   std::vector<Range> ranges{};
   // push: f32 values, the ranges' in order; into the payload decoded (unaligned there: read them

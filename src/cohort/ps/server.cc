@@ -435,7 +435,10 @@ Deadline Server::Impl::next_deadline() {
     for (const auto& a : pause_->asks) d = d.earlier(a.answer_by);
   }
   for (const auto& [s, h] : shards_) {
-    for (const Waiting& w : h.waiting) d = d.earlier(w.answer_by);
+    for (const Waiting& w : h.waiting) {
+      d = d.earlier(w.answer_by);
+      if (w.pull && !w.pulled && !w.fresh_by.expired()) d = d.earlier(w.fresh_by);
+    }
   }
   return d;
 }
@@ -445,7 +448,8 @@ void Server::Impl::on_tick() {
   check_pause();
   for (auto& [s, h] : shards_) {
     const bool due = std::any_of(h.waiting.begin(), h.waiting.end(), [](const Waiting& w) {
-      return w.pull && !w.pulled && w.answer_by.expired();
+      return w.pull && !w.pulled &&
+             (w.answer_by.expired() || (w.fresh_version > 0 && w.fresh_by.expired()));
     });
     if (due) resolve(h);
   }

@@ -55,7 +55,10 @@ class Server::Impl : public net::FrameServer::Handler {
     int64_t min_version = 0;
     int64_t min_clock = 0;
     Deadline answer_by = Deadline::never();  // a pull's wait_ms
+    // A push_pull's fresh_ms: until fresh_by, the answer waits for this version too.
     std::vector<Range> ranges;
+    int64_t fresh_version = 0;
+    Deadline fresh_by = Deadline(Clock::time_point::min());
   };
   // A change forwarded (or to be forwarded) to the backup, in order; a sync carries the whole
   // shard and stands for every change before it.

@@ -128,7 +128,10 @@ std::optional<Server::Impl::Waiting> Server::Impl::apply(uint32_t shard, Held& h
             .min_version = q.min_version,
             .min_clock = q.min_clock,
             .answer_by = q.wait_ms > 0 ? Deadline::after(Millis(q.wait_ms)) : Deadline::never(),
-            .ranges = q.ranges};
+            .ranges = q.ranges,
+            .fresh_version = q.push && q.fresh_ms > 0 ? q.clock + 1 : 0,
+            .fresh_by = q.push && q.fresh_ms > 0 ? Deadline::after(Millis(q.fresh_ms))
+                                                 : Deadline(Clock::time_point::min())};
       }
       case Op::kControl:
         if (!h.shard) throw Error("shard " + std::to_string(shard) + " has no parameters yet");
@@ -172,7 +175,9 @@ void Server::Impl::resolve(Held& h) {
     const bool reached =
         h.shard && ((h.shard->version() >= w.min_version && h.shard->min_clock() >= w.min_clock) ||
                     h.shard->stopped());
-    if (w.pull && !w.pulled && h.shard && (reached || w.answer_by.expired())) {
+    if (w.fresh_version > 0 && w.fresh_by.expired()) w.fresh_version = 0;  // waited enough
+    const bool fresh = h.shard && (h.shard->version() >= w.fresh_version || h.shard->stopped());
+    if (w.pull && !w.pulled && h.shard && ((reached && fresh) || w.answer_by.expired())) {
       // A read that did not wait for what it asked is an answer, not a read the slot computes on.
       if (reached) h.shard->note_read(w.slot);
       w.response.reached = reached;
@@ -309,6 +314,7 @@ void Server::Impl::handle_replica(ConnId conn, const Request& q) {
   if (std::optional<Waiting> w = apply(q.shard, h, inner, r)) {
     w->conn = 0;
     w->fwd = 0;
+    w->fresh_version = 0;  // nobody waits for a backup's answer
     h.waiting.push_back(std::move(*w));
     resolve(h);
   } else if (r.status != Status::kOk) {

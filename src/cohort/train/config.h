@@ -135,6 +135,10 @@ struct SyncConfig {
   int64_t warmup_steps = 0;
   OuterOptimizerConfig outer_optimizer;
   int64_t staleness = 3;
+  // ssp: after its push, a worker waits up to this share of its step time for the clock it
+  // pushed to be applied (every worker's push of it), so that without a straggler its next step
+  // uses the newest parameters; 0: only the staleness bound waits.
+  double fresh_wait = 0.5;
   LrScale lr_scale = LrScale::None;
   double delay_compensation = 0;
   bool uses_servers() const { return mode == SyncKind::Ssp || mode == SyncKind::Async; }

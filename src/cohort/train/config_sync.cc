@@ -49,8 +49,13 @@ void read_servers(const YamlReader& r, const YAML::Node& root, const YAML::Node&
     if (auto v = r.get_int(m, "sync.staleness", 0, 1 << 20, "an integer in [0, 1048576]")) {
       s.staleness = *v;
     }
+    if (auto v = r.get_number(m, "sync.fresh_wait", 0, false, 1, false,
+                              "a number in [0, 1] (a share of a step's time; 0: off)")) {
+      s.fresh_wait = *v;
+    }
   } else {
     reject_if_present(r, m, "sync.staleness", "when sync.mode is async (staleness is unbounded)");
+    reject_if_present(r, m, "sync.fresh_wait", "when sync.mode is async (it never waits)");
   }
   if (auto v = r.get_choice(m, "sync.lr_scale", names(kLrScales, lr_scale_name))) {
     s.lr_scale = parse_enum(*v, kLrScales, lr_scale_name);
@@ -97,7 +102,8 @@ void read_sync(const YamlReader& r, const YAML::Node& root, JobConfig& c) {
     }
   }
   if (!servers) {
-    for (const char* key : {"sync.staleness", "sync.lr_scale", "sync.delay_compensation"}) {
+    for (const char* key :
+         {"sync.staleness", "sync.fresh_wait", "sync.lr_scale", "sync.delay_compensation"}) {
       reject_if_present(r, m, key, when + " (only to ssp and async)");
     }
     reject_if_present(r, root, "parameter_servers", when + " (only to ssp and async)");

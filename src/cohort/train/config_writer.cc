@@ -1,6 +1,6 @@
 // The resolved job configuration written back as YAML (config.h: to_yaml).
-#include "cohort/train/config.h"
 #include "cohort/base/yaml_reader.h"
+#include "cohort/train/config.h"
 
 namespace cohort::train {
 
@@ -106,6 +106,7 @@ std::string to_yaml(const JobConfig& c) {
   if (c.sync.uses_servers()) {
     if (c.sync.mode == SyncKind::Ssp) {
       out << YAML::Key << "staleness" << YAML::Value << c.sync.staleness;
+      num("fresh_wait", c.sync.fresh_wait);
     }
     out << YAML::Key << "lr_scale" << YAML::Value << std::string(lr_scale_name(c.sync.lr_scale));
     num("delay_compensation", c.sync.delay_compensation);

@@ -98,6 +98,7 @@ void ServerWorker::connect(torch::nn::Module& model, uint32_t slot) {
 }
 
 Place ServerWorker::begin(torch::nn::Module& model, const elastic::Membership& m, bool lead) {
+  last_exchange_.reset();  // a membership change is not a step
   if (slot_ < 0) {
     slot_ = claim_slot(m);
     connect(model, static_cast<uint32_t>(slot_));
@@ -186,16 +187,26 @@ ServerWorker::Exchange ServerWorker::exchange(torch::nn::Module& model, int64_t 
     }
   }
   const int64_t next = clock + 1;
-  const int64_t min_version =
-      cfg_.sync.mode == SyncKind::Ssp ? std::max<int64_t>(0, next - cfg_.sync.staleness) : 0;
+  const bool ssp = cfg_.sync.mode == SyncKind::Ssp;
+  const int64_t min_version = ssp ? std::max<int64_t>(0, next - cfg_.sync.staleness) : 0;
   ps::PullInfo info;
   const auto t = Clock::now();
+  // This worker's step time (from one exchange to the next, minus what it was held), of which
+  // sync.fresh_wait is how long the servers may hold the answer for this clock to complete.
+  if (last_exchange_) {
+    const double step = std::chrono::duration<double>(t - *last_exchange_).count() - last_held_s_;
+    step_s_ = step_s_ > 0 ? 0.8 * step_s_ + 0.2 * step : step;
+  }
+  last_exchange_ = t;
+  const auto fresh =
+      ssp ? std::min(kWaitSlice, ms(cfg_.sync.fresh_wait * step_s_)) : std::chrono::milliseconds(0);
   client_
       ->push_pull(keys_, grads_, params_,
                   {.clock = clock,
                    .lr = lr,
                    .min_version = min_version,
                    .wait = kWaitSlice,
+                   .fresh = fresh,
                    .counts = {.epoch = samples_epoch_,
                               .samples = samples_.samples,
                               .id_sum = samples_.id_sum,
@@ -216,7 +227,8 @@ ServerWorker::Exchange ServerWorker::exchange(torch::nn::Module& model, int64_t 
   const double waited = seconds_since(t);
   record_staleness(next, info.min_clock);
   copy_into(model);
-  return {.wait_s = waited, .held_s = std::min(held, waited)};
+  last_held_s_ = std::min(held, waited);
+  return {.wait_s = waited, .held_s = last_held_s_};
 }
 
 void ServerWorker::record_staleness(int64_t clock, int64_t min_clock) {

@@ -21,9 +21,11 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "cohort/base/clock.h"
 #include "cohort/elastic/agent.h"
 #include "cohort/train/sync_mode.h"
 #include "cohort/train/train_state.h"
@@ -122,6 +124,10 @@ class ServerWorker {
   int64_t staleness_max_ = 0;
   double staleness_sum_ = 0;
   int64_t pushes_ = 0, duplicates_ = 0;
+  // The start of the last exchange, what of it was held, and the step time's running mean.
+  std::optional<Clock::time_point> last_exchange_;
+  double last_held_s_ = 0;
+  double step_s_ = 0;
   std::string pending_restore_;  // a checkpoint's server state, restored at begin()
 };
 
