@@ -97,6 +97,11 @@ ojson token_mount() {
   return {{"name", "token"}, {"mountPath", kTokenDir}, {"readOnly", true}};
 }
 
+// The pod's own address, for --bind $(POD_IP).
+ojson pod_ip_env() {
+  return {{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}};
+}
+
 // The request and limit of a pod's CPUs: the job's threads per worker.
 ojson resources(long cpus, const std::string& memory) {
   return {{"requests", {{"cpu", std::to_string(cpus)}, {"memory", memory}}},
@@ -197,7 +202,7 @@ struct Manifests {
          {"cohort", "worker", "--join", join(), "--token-file", std::string(kTokenDir) + "/token",
           "--bind", "$(POD_IP)"}},
         {"env",
-         {{{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}},
+         {pod_ip_env(),
           {{"name", "OMP_NUM_THREADS"}, {"value", std::to_string(threads)}},
           {{"name", "OPENBLAS_NUM_THREADS"}, {"value", std::to_string(threads)}}}},
         {"resources", resources(threads, "2Gi")},
@@ -230,17 +235,14 @@ struct Manifests {
         {"valueFrom",
          {{"fieldRef",
            {{"fieldPath", "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}}}};
-    ojson container = {
-        {"name", "server"},
-        {"image", image},
-        {"command",
-         {"cohort", "ps-server", "--join", join(), "--index", "$(SERVER_INDEX)", "--token-file",
-          std::string(kTokenDir) + "/token", "--bind", "$(POD_IP)"}},
-        {"env",
-         {{{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}},
-          index_env}},
-        {"resources", resources(1, "1Gi")},
-        {"volumeMounts", {token_mount()}}};
+    ojson container = {{"name", "server"},
+                       {"image", image},
+                       {"command",
+                        {"cohort", "ps-server", "--join", join(), "--index", "$(SERVER_INDEX)",
+                         "--token-file", std::string(kTokenDir) + "/token", "--bind", "$(POD_IP)"}},
+                       {"env", {pod_ip_env(), index_env}},
+                       {"resources", resources(1, "1Gi")},
+                       {"volumeMounts", {token_mount()}}};
     return {{"apiVersion", "batch/v1"},
             {"kind", "Job"},
             {"metadata", metadata(job + "-servers", ns, job, "server")},
