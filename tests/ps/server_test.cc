@@ -111,29 +111,31 @@ TEST(ParameterServers, SspHoldsAPushsAnswerForItsOwnClockUpToItsFreshWait) {
   const auto keys = w0.all_keys();
   std::vector<float> p0(layout.total()), p1(layout.total());
   PullInfo i0, i1;
+  // A push reads its gradient until its work completes: each lives past its wait.
+  const size_t n = layout.total();
+  const auto g00 = gradient(0, 0, n), g10 = gradient(1, 0, n), g01 = gradient(0, 1, n),
+             g02 = gradient(0, 2, n), g11 = gradient(1, 1, n);
   // Clock 0 (s = 1: version 0 would do): worker 0's answer waits for worker 1's push.
-  auto a = w0.push_pull(keys, gradient(0, 0, layout.total()), p0,
+  auto a = w0.push_pull(keys, g00, p0,
                         {.clock = 0, .lr = 0.1, .min_version = 0, .fresh = Millis(60000)}, &i0);
-  auto b = w1.push_pull(keys, gradient(1, 0, layout.total()), p1,
-                        {.clock = 0, .lr = 0.1, .min_version = 0}, &i1);
+  auto b = w1.push_pull(keys, g10, p1, {.clock = 0, .lr = 0.1, .min_version = 0}, &i1);
   a->wait(Millis(10000));
   b->wait(Millis(10000));
   EXPECT_EQ(i0.version, 1);
   // Clock 1: worker 1 does not push it; worker 0 is answered at its fresh wait with version 1,
   // which the bound allows.
   const auto t = Clock::now();
-  a = w0.push_pull(keys, gradient(0, 1, layout.total()), p0,
-                   {.clock = 1, .lr = 0.1, .min_version = 1, .fresh = Millis(80)}, &i0);
+  a = w0.push_pull(keys, g01, p0, {.clock = 1, .lr = 0.1, .min_version = 1, .fresh = Millis(80)},
+                   &i0);
   a->wait(Millis(10000));
   EXPECT_GE(Clock::now() - t, Millis(80));
   EXPECT_EQ(i0.version, 1);
   EXPECT_TRUE(i0.reached);
   // The bound still holds whatever the fresh wait: clock 2 needs version 2, i.e. worker 1's
   // push of clock 1.
-  a = w0.push_pull(keys, gradient(0, 2, layout.total()), p0,
-                   {.clock = 2, .lr = 0.1, .min_version = 2, .fresh = Millis(1)}, &i0);
-  b = w1.push_pull(keys, gradient(1, 1, layout.total()), p1,
-                   {.clock = 1, .lr = 0.1, .min_version = 1}, &i1);
+  a = w0.push_pull(keys, g02, p0, {.clock = 2, .lr = 0.1, .min_version = 2, .fresh = Millis(1)},
+                   &i0);
+  b = w1.push_pull(keys, g11, p1, {.clock = 1, .lr = 0.1, .min_version = 1}, &i1);
   a->wait(Millis(10000));
   b->wait(Millis(10000));
   EXPECT_GE(i0.version, 2);
