@@ -5,7 +5,7 @@ BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: deps configure build run test install test-asan test-asan-all test-tsan fuzz bench-training bench-compare bench-scale bench-python bench-python-elastic bench-compression bench-sync bench-recovery bench-simulate soak accuracy-compression bench-trace format lint clean
+.PHONY: deps configure build run test install test-asan test-asan-all test-tsan fuzz bench-training bench-compare bench-scale bench-python bench-python-elastic bench-compression bench-sync bench-recovery bench-coordinator-loss bench-rendezvous bench-simulate soak accuracy-compression bench-trace format lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -90,6 +90,16 @@ accuracy-compression: build
 # Recovery from a killed worker: Cohort against TorchElastic; writes its section of BENCHMARKS.md.
 bench-recovery: build
 	scripts/bench-recovery.sh
+
+# Losing the coordinator: Cohort's etcd standby against TorchElastic's etcd-v2 rendezvous (etcd
+# started for each run); writes its section of BENCHMARKS.md.
+bench-coordinator-loss: build
+	scripts/bench-coordinator-loss.sh
+
+# Rendezvous of 128 workers on this machine: Cohort's embedded store and etcd against torchrun's
+# c10d and etcd-v2 rendezvous; writes its section of BENCHMARKS.md (needs ~12 GiB of memory).
+bench-rendezvous: build
+	scripts/bench-rendezvous.sh
 
 # The soak drill (needs root): a 4-worker job on the emulated cluster for SOAK_MINUTES (10) under a
 # random fault every 20-40 s; fails unless the job finished with every sample of every epoch trained

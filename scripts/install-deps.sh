@@ -20,6 +20,8 @@ PACKAGES=(
   libopenblas-dev
   # peers measured against in BENCHMARKS.md
   libgloo-dev libopenmpi-dev openmpi-bin python3-torch
+  # TorchElastic's etcd-v2 rendezvous, for the coordinator-loss and rendezvous benchmarks
+  python3-etcd
   # network namespaces and traffic control for the emulated-cluster tests
   iproute2 procps
   # cluster launchers the tests run for real: Slurm's daemons and tools, and munge

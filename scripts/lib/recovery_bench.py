@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 
+import bench_procs
+from bench_procs import spread, wait_quiet
 from quiet_report import busy_labels, load_note
 from report_text import write_section
 from run_files import jsonl
@@ -34,44 +36,20 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 
 
-def wait_quiet(root, label):
-    """scripts/lib/quiet.sh's wait for a quiet machine; logs LABEL to $QUIET_LOG."""
-    subprocess.run(["bash", "-c", 'source "$1" && wait_quiet "$2"', "wait_quiet",
-                    os.path.join(root, "scripts", "lib", "quiet.sh"), label], check=True)
+def kill_at_step(proc, completed_step, victim_pid):
+    """SIGKILLs the victim once the job has completed KILL_STEP; returns the time of the kill."""
+    def kill():
+        pid = victim_pid()
+        if not pid:
+            return None
+        t = time.time()
+        os.kill(pid, signal.SIGKILL)
+        return t
+    return bench_procs.kill_at_step("bench-recovery", proc, completed_step, KILL_STEP, kill)
 
 
-def kill_at_step(proc, completed_step, victim_pid, limit_s=300):
-    """Polls every 2 ms; SIGKILLs the victim once the job has completed KILL_STEP. Returns the time
-    of the kill. The process group of `proc` is killed if anything goes wrong."""
-    deadline = time.time() + limit_s
-    try:
-        while time.time() < deadline:
-            if proc.poll() is not None:
-                raise SystemExit("bench-recovery: the job ended before step %d" % KILL_STEP)
-            if completed_step() >= KILL_STEP:
-                pid = victim_pid()
-                if pid:
-                    t = time.time()
-                    os.kill(pid, signal.SIGKILL)
-                    return t
-            time.sleep(0.002)
-        raise SystemExit("bench-recovery: step %d not reached in %d s" % (KILL_STEP, limit_s))
-    except BaseException:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        raise
-
-
-def finish(proc, name, out, limit_s=600):
-    try:
-        rc = proc.wait(limit_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        raise SystemExit("bench-recovery: %s did not finish in %d s" % (name, limit_s))
-    if rc != 0:
-        raise SystemExit("bench-recovery: %s failed (exit %d); see %s" % (name, rc, out))
+def finish(proc, name, out):
+    bench_procs.finish("bench-recovery: " + name, proc, out)
 
 
 def torchelastic(root, out):
@@ -156,12 +134,6 @@ def cohort(root, binary, out):
             "next_step_s": alone[0] - kill, "full_size_s": back[0] - kill,
             "own_recovery_s": summary["recovery_seconds_max"],
             "snapshot_s": max(r.get("snapshot_seconds", 0) for r in summary["per_rank"])}
-
-
-def spread(values, fmt="%.2f"):
-    """'median (min–max)'."""
-    return (fmt + " (" + fmt + "–" + fmt + ")") % (statistics.median(values), min(values),
-                                                   max(values))
 
 
 def report(runs, output, started, load_before, quiet_log):
