@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cohort/base/error.h"
+#include "cohort/base/log.h"
 
 namespace cohort::cli {
 namespace {
@@ -138,6 +139,27 @@ elastic::SpawnOptions local_worker(const WorkerCommand& w, int rank) {
           .env = worker_env(w),
           .stdout_path = w.log,
           .stderr_path = w.log};
+}
+
+ProcessStarter::ProcessStarter(const WorkerCommand& w, bool fork_server) : self_(w.executable) {
+  if (!fork_server) return;
+  try {
+    spawner_ = elastic::Spawner::start(self_, worker_env(w));
+  } catch (const std::exception& e) {
+    spdlog::warn("starting each worker with its own exec: {}", e.what());
+  }
+}
+
+elastic::ChildProcess ProcessStarter::start(const elastic::SpawnOptions& how) {
+  if (spawner_ && how.executable == self_) {
+    try {
+      return spawner_->spawn(how);
+    } catch (const std::exception& e) {
+      spdlog::warn("starting workers with their own exec from now on: {}", e.what());
+      spawner_.reset();
+    }
+  }
+  return elastic::ChildProcess::spawn(how);
 }
 
 elastic::SpawnOptions slurm_worker(const SlurmAllocation& a, const WorkerCommand& w, int rank) {

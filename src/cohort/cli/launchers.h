@@ -13,11 +13,13 @@
 // the job's protocol is the same: the coordinator learns of each from the store.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "cohort/elastic/process.h"
+#include "cohort/elastic/spawner.h"
 
 namespace cohort::cli {
 
@@ -48,6 +50,20 @@ struct SlurmAllocation {
 
 // A worker as a child process of this one, on this machine.
 elastic::SpawnOptions local_worker(const WorkerCommand& w, int rank);
+
+// Starts the launcher's processes by fork+exec, or, with a fork server, those of this binary by a
+// fork of the spawner (elastic/spawner.h: a local worker starts in milliseconds rather than
+// loading libtorch again). A spawner that cannot start, or stops answering, is given up for
+// fork+exec with a warning.
+class ProcessStarter {
+ public:
+  ProcessStarter(const WorkerCommand& w, bool fork_server);
+  elastic::ChildProcess start(const elastic::SpawnOptions& how);
+
+ private:
+  std::string self_;
+  std::unique_ptr<elastic::Spawner> spawner_;
+};
 
 // A worker as a job step of its own on node `rank % nodes` of the allocation.
 elastic::SpawnOptions slurm_worker(const SlurmAllocation& a, const WorkerCommand& w, int rank);

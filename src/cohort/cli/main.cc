@@ -2,10 +2,12 @@
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
 #include "cohort/cli/commands.h"
+#include "cohort/elastic/spawner.h"
 
 namespace {
 
@@ -29,6 +31,25 @@ void usage(std::ostream& os) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The launcher's fork server (cohort/elastic/spawner.h): in a worker it forked, what follows
+  // runs the worker's command line instead (the log is set up there, on the worker's stderr).
+  std::vector<std::string> forked;
+  std::vector<char*> forked_argv;
+  if (argc == 2 && !std::strcmp(argv[1], "spawner")) {
+    try {
+      auto args = cohort::elastic::serve_spawns();
+      if (!args) return 0;
+      forked = std::move(*args);
+    } catch (const std::exception& e) {
+      std::cerr << "cohort spawner: " << e.what() << "\n";
+      return 1;
+    }
+    forked.insert(forked.begin(), argv[0]);
+    for (auto& a : forked) forked_argv.push_back(a.data());
+    forked_argv.push_back(nullptr);
+    argc = static_cast<int>(forked.size());
+    argv = forked_argv.data();
+  }
   cohort::log::init();
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     usage(argc < 2 ? std::cerr : std::cout);

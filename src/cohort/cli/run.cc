@@ -365,6 +365,8 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
   // A Python program's env:// rendezvous (torch.distributed's own store).
   std::unique_ptr<TorchRendezvous> rendezvous;
   if (python) rendezvous = std::make_unique<TorchRendezvous>(local_host, 0, cfg.workers);
+  // Local workers are forked by a spawner that has libtorch loaded already.
+  ProcessStarter starter(command, !python && launcher == LauncherKind::Local && !external);
   auto spawn = [&](int r) {
     std::string log = (run_dir / "logs" / ("rank-" + std::to_string(r) + ".log")).string();
     WorkerCommand w = command;
@@ -382,7 +384,7 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
                 : local_worker(w, r);
     // With the store in etcd the workers outlive this process: a standby takes them over.
     how.die_with_parent = !store::is_etcd(join);
-    auto child = elastic::ChildProcess::spawn(how);
+    auto child = starter.start(how);
     coordinator.worker_started(r, child.pid());
     pid_t pid = child.pid();
     workers.emplace(r, std::move(child));

@@ -81,6 +81,11 @@ ChildProcess ChildProcess::spawn(const SpawnOptions& options) {
     }
     if (out_fd >= 0) ::dup2(out_fd, STDOUT_FILENO);
     if (err_fd >= 0) ::dup2(err_fd, STDERR_FILENO);
+    if (options.pass_fd == 3) {
+      ::fcntl(3, F_SETFD, 0);
+    } else if (options.pass_fd >= 0) {
+      ::dup2(options.pass_fd, 3);  // the copy does not close on exec
+    }
     ::signal(SIGINT, SIG_DFL);
     ::signal(SIGTERM, SIG_DFL);
     ::signal(SIGPIPE, SIG_DFL);
@@ -95,6 +100,13 @@ ChildProcess ChildProcess::spawn(const SpawnOptions& options) {
   ChildProcess c;
   c.pid_ = pid;
   c.die_with_parent_ = options.die_with_parent;
+  return c;
+}
+
+ChildProcess ChildProcess::adopt(pid_t pid, bool die_with_parent) {
+  ChildProcess c;
+  c.pid_ = pid;
+  c.die_with_parent_ = die_with_parent;
   return c;
 }
 

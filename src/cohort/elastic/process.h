@@ -30,12 +30,17 @@ struct SpawnOptions {
   // Killed when the launcher dies (PR_SET_PDEATHSIG). Off for the workers of a job whose store
   // outlives the launcher (etcd): a standby coordinator takes them over.
   bool die_with_parent = true;
+  // A descriptor the child keeps across exec, as its fd 3 (-1: none).
+  int pass_fd = -1;
 };
 
 class ChildProcess {
  public:
   ChildProcess() = default;
   static ChildProcess spawn(const SpawnOptions& options);
+  // A process that another forked and that was re-parented to this one (a child subreaper):
+  // waited for and signalled like one this process spawned.
+  static ChildProcess adopt(pid_t pid, bool die_with_parent);
   // Terminates a child still running, unless it was spawned not to die with its parent.
   ~ChildProcess();
   ChildProcess(ChildProcess&& o) noexcept;
