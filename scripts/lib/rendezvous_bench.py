@@ -33,7 +33,8 @@ PER_AGENT = int(os.environ.get("BENCH_PER_AGENT", "8"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
 LIMIT_S = int(os.environ.get("BENCH_LIMIT_S", "600"))
 ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-ARMS = ["cohort:embedded", "cohort:etcd", "torchrun:c10d", "torchrun:etcd-v2"]
+ALL_ARMS = ["cohort:embedded", "cohort:etcd", "torchrun:c10d", "torchrun:etcd-v2"]
+ARMS = os.environ.get("BENCH_ARMS", " ".join(ALL_ARMS)).split()
 
 
 def wait_for(path_value, procs, what, out):
@@ -187,6 +188,9 @@ def main(argv):
                 out, "%s-%d" % (arm.replace(":", "-"), k)), arm))
             print("%s:" % NAME, arm, json.dumps(runs[arm][-1]), flush=True)
     json.dump(runs, open(os.path.join(out, "results.json"), "w"), indent=2)
+    if sorted(ARMS) != sorted(ALL_ARMS):
+        print("%s: BENCH_ARMS is not every arm: BENCHMARKS.md is left as it is" % NAME)
+        return
     report(runs, output, started, load_before, os.environ["QUIET_LOG"])
 
 
