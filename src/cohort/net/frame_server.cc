@@ -1,6 +1,7 @@
 #include "cohort/net/frame_server.h"
 
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -22,6 +23,20 @@ constexpr Millis kCloseLinger{500};
 constexpr int kMaxAcceptsPerWake = 64;
 // Many clients connect at once when a large job starts.
 constexpr int kBacklog = 4096;
+// epoll's data of the two descriptors that are not connections (connection ids start at 1).
+constexpr uint64_t kWakeKey = 0;
+constexpr uint64_t kListenerKey = ~uint64_t{0};
+constexpr int kEventsPerWait = 256;
+
+// poll(2)'s event bits as epoll(7)'s, for the code that reads them.
+short poll_bits(uint32_t e) {
+  short r = 0;
+  if (e & EPOLLIN) r |= POLLIN;
+  if (e & EPOLLOUT) r |= POLLOUT;
+  if (e & EPOLLERR) r |= POLLERR;
+  if (e & EPOLLHUP) r |= POLLHUP;
+  return r;
+}
 
 }  // namespace
 
@@ -34,7 +49,9 @@ struct FrameServer::Conn {
   std::unique_ptr<ServerHandshake> handshake;
   FrameReader reader;
   FrameWriter writer;
-  bool duplex = false;  // adopted: read while output is pending
+  bool duplex = false;   // adopted: read while output is pending
+  bool watched = false;  // registered with the epoll set
+  uint32_t events = 0;   // what it is registered for
 };
 
 FrameServer::FrameServer(FrameServerOptions options, Handler& handler)
@@ -49,10 +66,26 @@ FrameServer::FrameServer(FrameServerOptions options, Handler& handler)
   ensure_descriptors(opts_.max_connections + 64, who_);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) throw SystemError("eventfd", errno);
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd_ < 0) {
+    const int e = errno;
+    ::close(wake_fd_);
+    throw SystemError("epoll_create1", e);
+  }
+  epoll_event wake{.events = EPOLLIN, .data = {.u64 = kWakeKey}};
+  epoll_event listen{.events = EPOLLIN, .data = {.u64 = kListenerKey}};
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &wake) != 0 ||
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listener_.fd(), &listen) != 0) {
+    const int e = errno;
+    ::close(epoll_fd_);
+    ::close(wake_fd_);
+    throw SystemError("epoll_ctl", e);
+  }
 }
 
 FrameServer::~FrameServer() {
   stop();
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
 
@@ -113,43 +146,65 @@ void FrameServer::run() {
 
 Deadline FrameServer::next_deadline() const {
   Deadline d = handler_.next_deadline();
-  for (const auto& [id, c] : conns_) d = d.earlier(c->deadline);
-  if (!accept_paused_until_.expired()) d = d.earlier(accept_paused_until_);
+  for (ConnId id : timed_) d = d.earlier(conns_.at(id)->deadline);
+  if (!listening_) d = d.earlier(accept_paused_until_);
   return d;
 }
 
 void FrameServer::loop_once() {
-  std::vector<pollfd> fds;
-  std::vector<ConnId> ids;
-  fds.reserve(conns_.size() + 2);
-  fds.push_back({wake_fd_, POLLIN, 0});
-  const bool listening = accept_paused_until_.expired();
-  fds.push_back({listening ? listener_.fd() : -1, POLLIN, 0});
-  for (const auto& [id, c] : conns_) {
-    short ev = 0;
-    if (!c->writer.empty()) ev = POLLOUT;
-    // An accepted connection finishes its response before anything else is read.
-    if (c->state != State::kClosing && (c->writer.empty() || c->duplex)) ev |= POLLIN;
-    fds.push_back({c->sock.fd(), ev, 0});
-    ids.push_back(id);
-  }
-  int rc = ::poll(fds.data(), fds.size(), next_deadline().poll_timeout_ms());
-  if (rc < 0) {
+  if (!listening_ && accept_paused_until_.expired()) set_listening(true);
+  epoll_event events[kEventsPerWait];
+  const int n = ::epoll_wait(epoll_fd_, events, kEventsPerWait, next_deadline().poll_timeout_ms());
+  if (n < 0) {
     if (errno == EINTR) return;
-    throw SystemError("poll", errno);
+    throw SystemError("epoll_wait", errno);
   }
-  if (fds[0].revents) {
-    uint64_t v;
-    [[maybe_unused]] ssize_t n = ::read(wake_fd_, &v, sizeof(v));
-    if (stopping_) return;
-    run_posted();
-  }
-  if (fds[1].revents) accept_clients();
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (fds[i + 2].revents) serve(ids[i], fds[i + 2].revents);
+  for (int i = 0; i < n; ++i) {
+    const uint64_t key = events[i].data.u64;
+    if (key == kWakeKey) {
+      uint64_t v;
+      [[maybe_unused]] ssize_t r = ::read(wake_fd_, &v, sizeof(v));
+      if (stopping_) return;
+      run_posted();
+    } else if (key == kListenerKey) {
+      if (listening_) accept_clients();
+    } else {
+      serve(key, poll_bits(events[i].events));  // a connection closed meanwhile is skipped
+    }
   }
   expire();
   handler_.on_tick();
+}
+
+void FrameServer::set_listening(bool on) {
+  epoll_event e{.events = on ? uint32_t{EPOLLIN} : 0u, .data = {.u64 = kListenerKey}};
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listener_.fd(), &e) != 0) {
+    throw SystemError("epoll_ctl (listener)", errno);
+  }
+  listening_ = on;
+}
+
+void FrameServer::watch(Conn& c) {
+  uint32_t ev = 0;
+  if (!c.writer.empty()) ev = EPOLLOUT;
+  // An accepted connection finishes its response before anything else is read.
+  if (c.state != State::kClosing && (c.writer.empty() || c.duplex)) ev |= EPOLLIN;
+  if (c.watched && ev == c.events) return;
+  epoll_event e{.events = ev, .data = {.u64 = c.id}};
+  if (::epoll_ctl(epoll_fd_, c.watched ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c.sock.fd(), &e) != 0) {
+    throw SystemError("epoll_ctl", errno);
+  }
+  c.watched = true;
+  c.events = ev;
+}
+
+void FrameServer::set_deadline(Conn& c, Deadline d) {
+  c.deadline = d;
+  if (d.is_never()) {
+    timed_.erase(c.id);
+  } else {
+    timed_.insert(c.id);
+  }
 }
 
 void FrameServer::accept_clients() {
@@ -162,6 +217,7 @@ void FrameServer::accept_clients() {
         // Out of descriptors: stop listening briefly instead of spinning on a readable listener.
         spdlog::warn("{}: cannot accept: {}", who_, strerror(errno));
         accept_paused_until_ = Deadline::after(Millis(100));
+        set_listening(false);
         return;
       }
       throw SystemError("accept", errno);
@@ -176,9 +232,14 @@ void FrameServer::accept_clients() {
       continue;  // ~Conn closes it
     }
     c->id = next_id_++;
-    c->deadline = Deadline::after(opts_.handshake_timeout);
     c->handshake = std::make_unique<ServerHandshake>(opts_.token, opts_.info);
-    conns_.emplace(c->id, std::move(c));
+    Conn& added = *conns_.emplace(c->id, std::move(c)).first->second;
+    set_deadline(added, Deadline::after(opts_.handshake_timeout));
+    try {
+      watch(added);
+    } catch (const std::exception& e) {
+      close(added.id, e.what(), true);
+    }
   }
 }
 
@@ -192,7 +253,13 @@ void FrameServer::add_ready(Socket sock, std::string peer, const std::string& in
   c->state = State::kReady;
   c->duplex = true;
   const ConnId id = c->id;
-  conns_.emplace(id, std::move(c));
+  Conn& added = *conns_.emplace(id, std::move(c)).first->second;
+  try {
+    watch(added);
+  } catch (const std::exception& e) {
+    close(id, e.what(), true);
+    return;
+  }
   handler_.on_ready(id, info, /*adopted=*/true);
 }
 
@@ -212,9 +279,10 @@ void FrameServer::serve(ConnId id, short revents) {
         throw PeerLostError(-1, "connection lost");
       }
       flush(c);
-      if (!c.duplex) return;
+      if (!c.duplex) return watch(c);
     }
     read_from(c, revents);
+    if (auto still = conns_.find(id); still != conns_.end()) watch(*still->second);
   } catch (const PeerLostError& e) {
     auto still = conns_.find(id);
     if (still == conns_.end()) return;
@@ -264,7 +332,7 @@ void FrameServer::handle_frame(Conn& c, Frame f) {
         spdlog::warn("{}: closing client {}: {}", who_, c.peer, e.what());
         c.writer.push(MsgType::kReject, {});
         c.state = State::kClosing;
-        c.deadline = Deadline::after(kCloseLinger);
+        set_deadline(c, Deadline::after(kCloseLinger));
         break;
       }
       const std::string info = c.handshake->client_info();
@@ -272,7 +340,7 @@ void FrameServer::handle_frame(Conn& c, Frame f) {
       c.handshake.reset();
       c.writer.push(MsgType::kAccept, {});
       c.state = State::kReady;
-      c.deadline = Deadline::never();
+      set_deadline(c, Deadline::never());
       flush(c);
       handler_.on_ready(id, info, /*adopted=*/false);
       return;
@@ -292,6 +360,7 @@ void FrameServer::send(ConnId conn, MsgType type, const std::vector<uint8_t>& pa
   it->second->writer.push(type, payload);
   try {
     flush(*it->second);
+    watch(*it->second);
   } catch (const std::exception&) {
     close(conn, "", false);  // the peer left; its requests die with it
   }
@@ -306,8 +375,9 @@ void FrameServer::flush(Conn& c) {
 
 void FrameServer::expire() {
   std::vector<ConnId> late;
-  for (const auto& [id, c] : conns_) {
-    if (c->deadline.expired()) late.push_back(id);
+  const Clock::time_point now = Clock::now();
+  for (ConnId id : timed_) {
+    if (conns_.at(id)->deadline.at() <= now) late.push_back(id);
   }
   for (ConnId id : late) {
     auto it = conns_.find(id);
@@ -332,6 +402,8 @@ void FrameServer::close(ConnId id, const std::string& reason, bool warn) {
   } else {
     spdlog::debug("{}: client {} left", who_, it->second->peer);
   }
+  if (it->second->watched) ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second->sock.fd(), nullptr);
+  timed_.erase(id);
   conns_.erase(it);
   if (ready) handler_.on_closed(id);
 }

@@ -1,4 +1,4 @@
-// FrameServer: one thread, one poll(2) loop, many authenticated connections of framed messages.
+// FrameServer: one thread, one epoll(7) loop, many authenticated connections of framed messages.
 // The store server and the parameter servers are its handlers.
 //
 // Each accepted connection moves through  Hello -> Response -> Ready  (or -> Closing after a
@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -109,6 +110,10 @@ class FrameServer {
   void flush(Conn& c);
   void expire();
   void run_posted();
+  // Registers c with the epoll set for what it waits for now (output to flush, a request to read).
+  void watch(Conn& c);
+  void set_deadline(Conn& c, Deadline d);
+  void set_listening(bool on);
 
   FrameServerOptions opts_;
   Handler& handler_;
@@ -116,11 +121,16 @@ class FrameServer {
   Endpoint endpoint_;
   std::string who_;
   int wake_fd_ = -1;
+  int epoll_fd_ = -1;
+  bool listening_ = true;
   std::atomic<bool> stopping_{false};
   std::mutex stop_mu_;
   Deadline accept_paused_until_ = Deadline(Clock::time_point::min());
   ConnId next_id_ = 1;
   std::map<ConnId, std::unique_ptr<Conn>> conns_;
+  // The connections with a deadline (handshaking, or lingering after a Reject): the loop's
+  // timers and expiry look at these only, not at every connection.
+  std::set<ConnId> timed_;
   std::mutex post_mu_;
   std::vector<std::function<void()>> posted_;
   std::thread thread_;
