@@ -1,4 +1,7 @@
 // The `cohort` binary: one entry point, one subcommand per file.
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -28,29 +31,7 @@ void usage(std::ostream& os) {
         "\nRun 'cohort <command> --help' for a command's options.\n";
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // The launcher's fork server (cohort/elastic/spawner.h): in a worker it forked, what follows
-  // runs the worker's command line instead (the log is set up there, on the worker's stderr).
-  std::vector<std::string> forked;
-  std::vector<char*> forked_argv;
-  if (argc == 2 && !std::strcmp(argv[1], "spawner")) {
-    try {
-      auto args = cohort::elastic::serve_spawns();
-      if (!args) return 0;
-      forked = std::move(*args);
-    } catch (const std::exception& e) {
-      std::cerr << "cohort spawner: " << e.what() << "\n";
-      return 1;
-    }
-    forked.insert(forked.begin(), argv[0]);
-    for (auto& a : forked) forked_argv.push_back(a.data());
-    forked_argv.push_back(nullptr);
-    argc = static_cast<int>(forked.size());
-    argv = forked_argv.data();
-  }
-  cohort::log::init();
+int run_command(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     usage(argc < 2 ? std::cerr : std::cout);
     return argc < 2 ? 2 : 0;
@@ -74,4 +55,40 @@ int main(int argc, char** argv) {
     std::cerr << "cohort " << cmd << ": error: " << e.what() << "\n";
     return 1;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The launcher's fork server (cohort/elastic/spawner.h): in a worker it forked, what follows
+  // runs the worker's command line instead (the log is set up there, on the worker's stderr).
+  std::vector<std::string> forked;
+  std::vector<char*> forked_argv;
+  if (argc == 2 && !std::strcmp(argv[1], "spawner")) {
+    try {
+      auto args = cohort::elastic::serve_spawns();
+      if (!args) return 0;
+      forked = std::move(*args);
+    } catch (const std::exception& e) {
+      std::cerr << "cohort spawner: " << e.what() << "\n";
+      return 1;
+    }
+    forked.insert(forked.begin(), argv[0]);
+    for (auto& a : forked) forked_argv.push_back(a.data());
+    forked_argv.push_back(nullptr);
+    argc = static_cast<int>(forked.size());
+    argv = forked_argv.data();
+  }
+  cohort::log::init();
+  const int rc = run_command(argc, argv);
+  if (!forked.empty()) {
+    // A forked worker shares its pages with the spawner until it writes them: the destructors
+    // of libtorch's statics (deregistering every operator) would copy most of them only to exit.
+    std::cout.flush();
+    std::cerr.flush();
+    std::fflush(nullptr);
+    spdlog::shutdown();
+    ::_exit(rc);
+  }
+  return rc;
 }
