@@ -47,11 +47,12 @@ ps::ServerSettings server_settings(const train::JobConfig& cfg) {
 }
 
 ServerFleet::ServerFleet(const train::JobConfig& cfg, store::Store& store,
-                         const WorkerCommand& command, std::string log_dir, bool external,
-                         EventLog& events)
+                         const WorkerCommand& command, ProcessStarter& starter, std::string log_dir,
+                         bool external, EventLog& events)
     : cfg_(cfg),
       store_(store),
       command_(command),
+      starter_(starter),
       log_dir_(std::move(log_dir)),
       external_(external),
       events_(events),
@@ -70,7 +71,7 @@ void ServerFleet::spawn(int index) {
   how.stdout_path = how.stderr_path = log;
   // With the store in etcd the job outlives this process: so do its servers.
   how.die_with_parent = !store::is_etcd(command_.join);
-  processes_[index] = elastic::ChildProcess::spawn(how);
+  processes_[index] = starter_.start(how);
   events_.write({{"event", "server_started"}, {"server", index}, {"pid", processes_[index].pid()}});
 }
 

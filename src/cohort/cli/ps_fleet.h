@@ -36,8 +36,9 @@ class ServerFleet {
  public:
   // Publishes the settings in `store` (the launcher's connection to the job's store). With
   // `external`, the servers are started elsewhere (`cohort ps-server --join ... --index I`).
+  // Its servers are started with `starter` (which outlives it).
   ServerFleet(const train::JobConfig& cfg, store::Store& store, const WorkerCommand& command,
-              std::string log_dir, bool external, EventLog& events);
+              ProcessStarter& starter, std::string log_dir, bool external, EventLog& events);
   ~ServerFleet();
 
   // Starts every server (unless external).
@@ -63,6 +64,7 @@ class ServerFleet {
   const train::JobConfig& cfg_;
   store::Store& store_;
   WorkerCommand command_;
+  ProcessStarter& starter_;
   std::string log_dir_;
   bool external_;
   EventLog& events_;

@@ -349,13 +349,15 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
       store::is_etcd(local_join) ? "127.0.0.1" : net::Endpoint::parse(local_join).host;
   const WorkerCommand command{
       .executable = self, .join = join, .token = token, .threads = cfg.threads_per_worker};
+  // Local workers and servers are forked by a spawner that has libtorch loaded already.
+  ProcessStarter starter(command, !python && launcher == LauncherKind::Local && !external);
   // sync.mode ssp and async: the parameter servers, before the workers that need them.
   std::unique_ptr<store::Store> ps_store;
   std::unique_ptr<ServerFleet> servers;
   if (cfg.sync.uses_servers()) {
     ps_store = store::connect(local_join, {.token = token});
-    servers = std::make_unique<ServerFleet>(cfg, *ps_store, command, (run_dir / "logs").string(),
-                                            external, events);
+    servers = std::make_unique<ServerFleet>(cfg, *ps_store, command, starter,
+                                            (run_dir / "logs").string(), external, events);
     servers->start();
     for (int i = 0; external && i < cfg.parameter_servers; ++i) {
       std::printf("cohort: and server %d: %s\n", i,
@@ -365,8 +367,6 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
   // A Python program's env:// rendezvous (torch.distributed's own store).
   std::unique_ptr<TorchRendezvous> rendezvous;
   if (python) rendezvous = std::make_unique<TorchRendezvous>(local_host, 0, cfg.workers);
-  // Local workers are forked by a spawner that has libtorch loaded already.
-  ProcessStarter starter(command, !python && launcher == LauncherKind::Local && !external);
   auto spawn = [&](int r) {
     std::string log = (run_dir / "logs" / ("rank-" + std::to_string(r) + ".log")).string();
     WorkerCommand w = command;
