@@ -13,7 +13,8 @@
 #   3. `scancel JOB` ends a running job: the launcher records it as cancelled and no process of it
 #      is left.
 #
-# Exit 77 (ctest: skipped) without root or without Slurm's and munge's programs.
+# Exit 77 (ctest: skipped) without root, without Slurm's and munge's programs, or without the cgroup
+# file system (slurmd 22.05 will not start without it: a chroot that does not mount it).
 set -uo pipefail
 COHORT=${1:?usage: slurm_test.sh COHORT}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -34,6 +35,8 @@ fail() {
 for p in slurmctld slurmd munged mungekey sbatch srun scontrol squeue scancel sinfo; do
   command -v "$p" >/dev/null || skip "needs $p (Debian packages slurmctld, slurmd, slurm-client, munge)"
 done
+
+mountpoint -q /sys/fs/cgroup || skip "slurmd needs the cgroup file system at /sys/fs/cgroup"
 
 D=$(mktemp -d /tmp/cohort-slurm-test-XXXXXX)
 export SLURM_CONF=$D/slurm.conf

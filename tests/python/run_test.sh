@@ -27,6 +27,9 @@ echo "run_test: cohort run: $(grep done: "$tmp/run/logs/rank-0.log")"
 # not resolve that name (a bare debootstrap root has no /etc/hosts) torchrun cannot run at all.
 if ! getent hosts localhost >/dev/null; then
   echo "run_test: torchrun: skipped: this machine does not resolve localhost, which torchrun's agent needs"
+elif ! getent hosts "$(hostname)" >/dev/null; then
+  # torchrun's agent gives its workers this machine's name as the master address.
+  echo "run_test: torchrun: skipped: this machine does not resolve its own name, $(hostname)"
 else
   port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   /usr/bin/python3 -m torch.distributed.run --nnodes 1 --rdzv_backend c10d \
