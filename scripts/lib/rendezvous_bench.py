@@ -168,8 +168,12 @@ def report(runs, output, started, load_before, quiet_log):
         "`bench/torch_rendezvous.py` (the Gloo process group, DDP, one step). Measured the same "
         "way for both: seconds from the launch command's start (`cohort run`; the first agent) to "
         "the end of the first training step on rank 0, which cannot end before every worker has "
-        "joined the step's allreduce. Every process loads its framework on these %d cores: "
-        "that start is most of both sides' time. %d runs of each, interleaved; median (min–max)." %
+        "joined the step's allreduce. On these %d cores starting the processes is most of it: "
+        "each torchrun worker starts Python and imports torch (about 1 s of CPU), and so does "
+        "each agent; Cohort's workers are forked from one spawner that has libtorch loaded "
+        "(docs/clusters.md), and the rest of their time is their own start (store "
+        "connections, data, model), the rendezvous and the first collectives among 128 ranks. "
+        "%d runs of each, interleaved; median (min–max)." %
         (WORKERS, WORKERS // PER_AGENT, PER_AGENT, os.cpu_count(), ROUNDS), "",
         "| | to the first step, s |", "|---|---|"] + rows + [
         "", "| target | result | |", "|---|---:|---|"] + targets + [END]
