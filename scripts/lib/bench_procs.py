@@ -67,6 +67,12 @@ def spread(values, fmt="%.2f"):
                                                    max(values))
 
 
+def cpu_model():
+    """The CPU's model name as lscpu gives it, for a report's machine line."""
+    return subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True,
+                          capture_output=True, text=True).stdout.strip()
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

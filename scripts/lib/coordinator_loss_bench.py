@@ -59,8 +59,9 @@ def torchelastic_steps(run_dir):
     return rows
 
 
-def torchelastic(root, out, etcd):
-    """Two agents under the etcd-v2 rendezvous; the first node's agent dies with its worker."""
+def torchelastic(root, binary, out, etcd):
+    """Two agents under the etcd-v2 rendezvous; the first node's agent dies with its worker.
+    (`binary`, Cohort's, is not used: both sides are called alike.)"""
     os.makedirs(out)
     agents = []
     for node in (0, 1):
@@ -195,8 +196,7 @@ def report(runs, output, started, load_before, quiet_log):
     mark = " (busy)" if busy else ""
     next_x = med(te, "next_step_s") / med(co, "next_step_s")
     verdict = lambda ok: "(busy)" if busy else ("met" if ok else "**missed**")
-    cpu = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True, capture_output=True,
-                         text=True).stdout.strip()
+    cpu = bench_procs.cpu_model()
     rolled = max(r["steps_rolled_back"] for r in co)
     lines = [
         BEGIN, "## Losing the coordinator: Cohort's etcd standby vs TorchElastic's etcd-v2 "
@@ -273,11 +273,7 @@ def main(argv):
             print("%s: round %d/%d: %s" % (NAME, k + 1, ROUNDS, side), flush=True)
             wait_quiet(root, "%s r%d" % (side, k + 1))
             with Etcd(os.path.join(out, "etcd-%s-%d" % (side, k))) as etcd:
-                if side == "cohort":
-                    runs[side].append(fn(root, binary, os.path.join(out, "%s-%d" % (side, k)),
-                                         etcd))
-                else:
-                    runs[side].append(fn(root, os.path.join(out, "%s-%d" % (side, k)), etcd))
+                runs[side].append(fn(root, binary, os.path.join(out, "%s-%d" % (side, k)), etcd))
             print("%s:" % NAME, json.dumps(runs[side][-1]), flush=True)
     json.dump(runs, open(os.path.join(out, "results.json"), "w"), indent=2)
     report(runs, output, started, load_before, os.environ["QUIET_LOG"])

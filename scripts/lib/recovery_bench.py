@@ -145,8 +145,7 @@ def report(runs, output, started, load_before, quiet_log):
     full_x = med(te, "full_size_s") / med(co, "full_size_s")
     lost_ok = med(co, "steps_lost") <= med(te, "steps_lost")
     verdict = lambda ok: "(busy)" if busy else ("met" if ok else "**missed**")
-    cpu = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True, capture_output=True,
-                         text=True).stdout.strip()
+    cpu = bench_procs.cpu_model()
     rows = []
     for name, rs in [("TorchElastic", te), ("Cohort", co)]:
         rows.append("| %s | %s | %s | %s | %s |" % (

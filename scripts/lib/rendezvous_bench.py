@@ -134,8 +134,7 @@ def report(runs, output, started, load_before, quiet_log):
     mark = " (busy)" if busy else ""
     med = {a: statistics.median(r["first_step_s"] for r in runs[a]) for a in runs}
     verdict = lambda ok: "(busy)" if busy else ("met" if ok else "**missed**")
-    cpu = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True, capture_output=True,
-                         text=True).stdout.strip()
+    cpu = bench_procs.cpu_model()
     label = {"cohort:embedded": "Cohort, embedded store",
              "cohort:etcd": "Cohort, store in etcd",
              "torchrun:c10d": "torchrun, c10d rendezvous",

@@ -86,12 +86,7 @@ ChildProcess ChildProcess::spawn(const SpawnOptions& options) {
     } else if (options.pass_fd >= 0) {
       ::dup2(options.pass_fd, 3);  // the copy does not close on exec
     }
-    ::signal(SIGINT, SIG_DFL);
-    ::signal(SIGTERM, SIG_DFL);
-    ::signal(SIGPIPE, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    reset_signals_in_child();
     ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
@@ -164,6 +159,15 @@ ExitStatus ChildProcess::terminate(std::chrono::milliseconds grace) {
   }
   status_ = decode(ws);
   return *status_;
+}
+
+void reset_signals_in_child() {
+  ::signal(SIGINT, SIG_DFL);
+  ::signal(SIGTERM, SIG_DFL);
+  ::signal(SIGPIPE, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
 }
 
 std::string self_executable() {

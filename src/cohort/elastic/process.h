@@ -69,6 +69,10 @@ class ChildProcess {
   bool die_with_parent_ = true;  // false: going out of scope leaves the child running
 };
 
+// In a child between fork and exec (or a forked worker): SIGINT, SIGTERM and SIGPIPE back to their
+// defaults and no signal blocked, whatever the parent had. Async-signal-safe.
+void reset_signals_in_child();
+
 // Path of the running executable (readlink /proc/self/exe).
 std::string self_executable();
 

@@ -72,12 +72,7 @@ std::vector<std::string> become_worker(const json& q, pid_t launcher) {
   for (const auto& [k, v] : q.at("env").items())
     ::setenv(k.c_str(), v.get<std::string>().c_str(), 1);
   ::unsetenv(kFdVariable);
-  ::signal(SIGINT, SIG_DFL);
-  ::signal(SIGTERM, SIG_DFL);
-  ::signal(SIGPIPE, SIG_DFL);
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  reset_signals_in_child();
   std::vector<std::string> args = q.at("args").get<std::vector<std::string>>();
   if (!args.empty()) ::prctl(PR_SET_NAME, ("cohort " + args.front()).c_str());
   return args;
