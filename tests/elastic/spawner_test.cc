@@ -87,6 +87,21 @@ TEST_F(SpawnerTest, AForkedWorkerIsTheLaunchersChildAndOutlivesTheSpawner) {
   EXPECT_NE(st.signal, 0) << st.describe();
 }
 
+// A spawner that died is an error at once (cohort run then starts workers with their own exec),
+// not a wait for an answer that will not come.
+TEST_F(SpawnerTest, ASpawnerThatDiedIsAnErrorAtOnce) {
+  auto spawner = Spawner::start(COHORT_BINARY, {});
+  ASSERT_EQ(::kill(spawner->pid(), SIGKILL), 0);
+  while (parent_of(spawner->pid()) == ::getpid() &&
+         read("/proc/" + std::to_string(spawner->pid()) + "/stat").find(") Z") ==
+             std::string::npos) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_ANY_THROW(spawner->spawn(server("d.log", {{"COHORT_TOKEN", "secret"}})));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
 TEST_F(SpawnerTest, OnlyTheSpawnersOwnBinaryIsForked) {
   auto spawner = Spawner::start(COHORT_BINARY, {});
   SpawnOptions other = server("c.log");
