@@ -127,6 +127,11 @@ std::optional<Bytes> MemoryStore::try_get(const std::string& key) {
   return it->second;
 }
 
+std::map<std::string, Bytes> MemoryStore::contents() {
+  std::lock_guard lk(mu_);
+  return data_;
+}
+
 size_t MemoryStore::size() {
   std::lock_guard lk(mu_);
   return data_.size();

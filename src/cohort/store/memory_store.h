@@ -25,6 +25,8 @@ class MemoryStore : public Store {
   // Non-blocking lookup, for servers that must never block their event loop.
   std::optional<Bytes> try_get(const std::string& key);
   size_t size();
+  // Every key and its value (a copy).
+  std::map<std::string, Bytes> contents();
 
  private:
   std::mutex mu_;

@@ -5,6 +5,10 @@
 // Waiter (one per connection, the protocol allows one request in flight) indexed by the keys it
 // needs. Every mutation re-checks the waiters of the key it touched; every loop iteration expires
 // the waiters whose deadlines passed with a timeout response that lists the missing keys.
+//
+// With a journal, every change is appended to it before its request is answered. A journal that
+// cannot be written (a full disk) is given up with an error in the log: the job goes on, and a
+// coordinator started again over its run directory restarts from the checkpoints instead.
 #include <map>
 #include <optional>
 #include <unordered_map>
@@ -12,6 +16,7 @@
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
 #include "cohort/net/frame_server.h"
+#include "cohort/store/journal.h"
 #include "cohort/store/memory_store.h"
 #include "cohort/store/store_protocol.h"
 #include "cohort/store/tcp_store.h"
@@ -52,9 +57,12 @@ class StoreServer::Impl : public net::FrameServer::Handler {
   // Unparks a connection's waiter and returns it (nullopt if it had none).
   std::optional<Waiter> drop_waiter(uint64_t id);
   void expire();
+  // The journal's record of a change to `key` (its value now, or its removal).
+  void journal(const std::string& key);
 
   StoreServerOptions opts_;
   MemoryStore data_;
+  std::unique_ptr<StoreJournal> journal_;
   std::map<uint64_t, Waiter> waiters_;  // by connection id
   std::unordered_multimap<std::string, uint64_t> waiting_on_;
   net::FrameServer server_;
@@ -72,7 +80,30 @@ StoreServer::Impl::Impl(const StoreServerOptions& o)
                // compare_set carries two values; 1 MiB leaves room for the keys.
                .max_frame_bytes = 2 * o.max_value_bytes + (1u << 20)},
               *this) {
+  if (!o.journal.empty()) {
+    std::map<std::string, Bytes> kept = StoreJournal::replay(o.journal);
+    for (const auto& [k, v] : kept) data_.set(k, v);
+    journal_ = std::make_unique<StoreJournal>(o.journal, kept);
+    if (!kept.empty()) spdlog::info("store: {} keys from {}", kept.size(), o.journal);
+  }
   server_.start();
+}
+
+void StoreServer::Impl::journal(const std::string& key) {
+  if (!journal_) return;
+  try {
+    if (auto v = data_.try_get(key)) {
+      journal_->put(key, *v);
+    } else {
+      journal_->erase(key);
+    }
+    if (journal_->wants_compaction()) journal_->compact(data_.contents());
+  } catch (const Error& e) {
+    spdlog::error("store: gave up the journal {}: {}; a coordinator started again over this run "
+                  "directory restarts from its checkpoints",
+                  journal_->path(), e.what());
+    journal_.reset();
+  }
 }
 
 Deadline StoreServer::Impl::next_deadline() {
@@ -105,19 +136,23 @@ void StoreServer::Impl::handle_request(uint64_t conn, const StoreRequest& q) {
       case StoreOp::kSet:
         check_value(q.value);
         data_.set(key, q.value);
+        journal(key);
         notify(key);
         break;
       case StoreOp::kAdd:
         r.number = data_.add(key, q.delta);
+        journal(key);
         notify(key);
         break;
       case StoreOp::kCompareSet:
         check_value(q.desired);
         r.value = data_.compare_set(key, q.value, q.desired);
+        if (r.value == q.desired) journal(key);
         notify(key);
         break;
       case StoreOp::kDelete:
         r.number = data_.delete_key(key) ? 1 : 0;
+        if (r.number) journal(key);
         break;
       case StoreOp::kCheck:
         r.number = data_.check(q.keys) ? 1 : 0;

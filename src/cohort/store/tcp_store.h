@@ -23,6 +23,9 @@ struct StoreServerOptions {
   // launcher and their heartbeats) must fit. The process's open-file limit is raised to match.
   size_t max_connections = 4096;
   size_t max_value_bytes = 16u << 20;
+  // A file that keeps the keys as they change (journal.h): when it exists, the server starts with
+  // the keys it holds. Empty: the keys live in memory alone.
+  std::string journal;
 };
 
 // Serves the store on its own thread until destroyed or stop() is called.
