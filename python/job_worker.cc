@@ -78,7 +78,7 @@ JobWorker::JobWorker(const JobWorkerOptions& options) : options_(options) {
                                      .heartbeat = ms(config_.elastic.heartbeat_s),
                                      .join_timeout = ms(config_.elastic.join_timeout_s +
                                                         2 * config_.elastic.failure_timeout_s),
-                                     .failure_timeout = ms(config_.elastic.failure_timeout_s),
+                                     .coordinator_wait = ms(config_.elastic.coordinator_wait_s),
                                      .comm = {.token = options_.token,
                                               .bind_host = group.bind_host,
                                               .advertise_host = group.advertise_host,

@@ -452,16 +452,16 @@ TEST(Elastic, AWorkerRestartedUnderItsRankByAClusterLauncherJoinsAsAReplacement)
   fs::remove_all(dir);
 }
 
-// Workers started elsewhere outlive nothing of a coordinator that is gone: they fence themselves
-// and exit within elastic.failure_timeout_s and a few seconds of last words, not after the store's
-// 30-second timeout.
+// Workers started elsewhere wait for a coordinator that is gone up to elastic.coordinator_wait_s,
+// then fence themselves and exit within a few seconds of last words.
 TEST(Elastic, WorkersStartedElsewhereExitSoonAfterTheCoordinatorDies) {
   auto dir = fresh_dir("orphans");
   const std::string token = (dir / "token").string();
   const int port = 20000 + (::getpid() + 13) % 20000;
   Launcher run(dir,
                {"workers=2", "train.epochs=5", "checkpoint.every_steps=0",
-                "elastic.heartbeat_s=0.2", "elastic.failure_timeout_s=2"},
+                "elastic.heartbeat_s=0.2", "elastic.failure_timeout_s=2",
+                "elastic.coordinator_wait_s=3"},
                {"--external-workers", "--port", std::to_string(port), "--token-file", token});
   ASSERT_TRUE(run.wait_until([&] { return fs::exists(token) && fs::file_size(token) > 0; }, 30s))
       << run.output();
@@ -602,6 +602,120 @@ TEST(Elastic, ACoordinatorThatLostTheLeadLeavesTheJobToTheStandby) {
   standby_drill("standby-stopped", false, Loss::Stop);
 }
 
+// Lines in a file (0 when it is not there).
+size_t line_count(const fs::path& p) {
+  std::ifstream in(p);
+  return static_cast<size_t>(std::count(std::istreambuf_iterator<char>(in), {}, '\n'));
+}
+
+// The embedded store: `cohort run` SIGKILLed mid-epoch, alone. Its workers train on without it
+// (their step logs grow), and `cohort run --resume` re-adopts them from the store's journal: the
+// same processes finish the job, no step is rolled back, every sample is seen once, the progress
+// records of the gap reach metrics.jsonl, and the summary names the coordinator it took over from.
+TEST(Elastic, ACoordinatorStartedAgainReadoptsTheWorkersThatStillRun) {
+  auto dir = fresh_dir("readopt");
+  Launcher first(dir, {"workers=2", "train.epochs=2", "train.seed=7", "checkpoint.every_steps=0",
+                       "elastic.heartbeat_s=0.2", "elastic.failure_timeout_s=2"});
+  ASSERT_TRUE(first.wait_until([&] { return last_step(first.run()) >= 40; }, 180s))
+      << first.output();
+  const pid_t p0 = first.worker_pid(0), p1 = first.worker_pid(1);
+  ASSERT_TRUE(p0 > 0 && p1 > 0);
+  ASSERT_TRUE(fs::exists(first.run() / "store.journal"));
+  ASSERT_EQ(kill(first.pid(), SIGKILL), 0);
+  EXPECT_EQ(first.wait_exit(10s), 128 + SIGKILL);
+  const fs::path steps = first.run() / "steps" / "rank-0.jsonl";
+  const size_t at_kill = line_count(steps);
+  ASSERT_TRUE(first.wait_until([&] { return line_count(steps) >= at_kill + 30; }, 60s))
+      << "the workers stopped training with their coordinator";
+  ASSERT_FALSE(ended(p0) || ended(p1)) << "a worker died with its coordinator";
+
+  Launcher again(dir, "again", {"--resume", first.run().string()});
+  ASSERT_EQ(again.wait_exit(300s), 0) << again.output();
+  EXPECT_NE(again.output().find("with the workers that still run"), std::string::npos)
+      << again.output();
+  EXPECT_TRUE(again.wait_until([&] { return ended(p0) && ended(p1); }, 30s));
+  const json summary = read_json(first.run() / "summary.json");
+  EXPECT_EQ(summary["status"], "completed") << summary.dump(2);
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  EXPECT_EQ(summary.value("took_over_from", ""),
+            std::string("host ") + host + " pid " + std::to_string(first.pid()))
+      << summary.dump(2);
+  EXPECT_EQ(summary["workers_lost"], 0) << summary.dump(2);
+  EXPECT_EQ(summary["steps_rolled_back"], 0) << summary.dump(2);
+  EXPECT_EQ(summary["membership_epoch"], 0) << summary.dump(2);
+  std::set<pid_t> pids;
+  for (const auto& r : summary["per_rank"]) pids.insert(r.value("pid", 0));
+  EXPECT_EQ(pids, (std::set<pid_t>{p0, p1})) << summary.dump(2);
+  expect_every_sample_once(summary, 2);
+  EXPECT_EQ(last_step(first.run()), summary["steps"].get<long>());
+  const std::vector<json> events = read_events(first.run());
+  const json* took = find_event(events, "coordinator_took_over");
+  ASSERT_NE(took, nullptr);
+  EXPECT_EQ((*took)["readopted"], true);
+  EXPECT_EQ(find_event(events, "worker_started", [&](const json& e) {
+              return e.value("time", 0.0) > (*took)["time"].get<double>();
+            }),
+            nullptr)
+      << "the new coordinator started a worker";
+  for (const char* gone : {"store.journal", "coordinator.json", "token"})
+    EXPECT_FALSE(fs::exists(first.run() / gone)) << gone << " outlived the job";
+  fs::remove_all(dir);
+}
+
+// Nobody starts the coordinator again: the workers give up after elastic.coordinator_wait_s, and
+// a --resume afterwards finds no worker and restarts from the checkpoints.
+TEST(Elastic, WorkersWithoutACoordinatorGiveUpAfterTheirWait) {
+  auto dir = fresh_dir("no-coordinator");
+  Launcher first(dir, {"workers=2", "train.epochs=3", "checkpoint.every_steps=20",
+                       "elastic.heartbeat_s=0.2", "elastic.failure_timeout_s=2",
+                       "elastic.coordinator_wait_s=4"});
+  ASSERT_TRUE(first.wait_until([&] { return last_step(first.run()) >= 40; }, 180s))
+      << first.output();
+  const pid_t p0 = first.worker_pid(0), p1 = first.worker_pid(1);
+  ASSERT_EQ(kill(first.pid(), SIGKILL), 0);
+  first.wait_exit(10s);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(first.wait_until([&] { return ended(p0) && ended(p1); }, 60s))
+      << "workers still run a minute after their coordinator died";
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(waited, 3s);
+  EXPECT_LT(waited, 20s);
+  std::ifstream log(first.run() / "logs" / "rank-0.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_NE(text.find("(elastic.coordinator_wait_s)"), std::string::npos) << text;
+
+  Launcher again(dir, "again", {"--resume", first.run().string(), "--set", "train.epochs=1"});
+  EXPECT_EQ(again.wait_exit(300s), 0) << again.output();
+  EXPECT_NE(again.output().find("no worker of the job answered"), std::string::npos)
+      << again.output();
+  EXPECT_NE(again.output().find("resuming from"), std::string::npos) << again.output();
+  fs::remove_all(dir);
+}
+
+// The store in etcd and no standby: the coordinator SIGKILLed, its workers train on while nobody
+// leads the job, and exit once nobody has for elastic.coordinator_wait_s.
+TEST(Elastic, WorkersOfAnEtcdJobThatNobodyLeadsExitAfterTheirWait) {
+  auto dir = fresh_dir("etcd-leaderless");
+  cohort::store::testing::EtcdCluster etcd(1);
+  Launcher run(dir, {"workers=2", "train.epochs=5", "checkpoint.every_steps=0",
+                     "elastic.heartbeat_s=0.2", "elastic.failure_timeout_s=2",
+                     "elastic.coordinator_wait_s=3", "coordinator.store=" + etcd.url("jobs")});
+  ASSERT_TRUE(run.wait_until([&] { return last_step(run.run()) >= 40; }, 180s)) << run.output();
+  const pid_t p0 = run.worker_pid(0), p1 = run.worker_pid(1);
+  ASSERT_EQ(kill(run.pid(), SIGKILL), 0);
+  run.wait_exit(10s);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(run.wait_until([&] { return ended(p0) && ended(p1); }, 60s))
+      << "workers of a job nobody leads still run a minute later";
+  // The lease (failure_timeout_s) runs out first, then the wait.
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 3s);
+  std::ifstream log(run.run() / "logs" / "rank-1.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_NE(text.find("no coordinator has led the job"), std::string::npos) << text;
+  fs::remove_all(dir);
+}
+
 TEST(Elastic, WithoutElasticityALostWorkerFailsTheJobNamingIt) {
   auto dir = fresh_dir("strict");
   Launcher run(dir, {"workers=2", "train.epochs=1"});
@@ -627,8 +741,8 @@ TEST(Elastic, KilledLauncherResumesFromTheNewestCheckpointThatVerifies) {
   auto ckpts = run.run() / "checkpoints";
   ASSERT_TRUE(run.wait_until([&] { return checkpoint_files(ckpts).size() >= 3; }, 120s))
       << run.output();
-  // The launcher (coordinator) dies; its workers die with it.
-  ASSERT_EQ(kill(run.pid(), SIGKILL), 0);
+  // The launcher (coordinator) and its workers die (the machine's processes are gone).
+  ASSERT_EQ(kill(-run.pid(), SIGKILL), 0);
   EXPECT_EQ(run.wait_exit(30s), 128 + SIGKILL);
   auto files = checkpoint_files(ckpts);
   ASSERT_GE(files.size(), 3u);

@@ -3,8 +3,9 @@
 // link is set down. What "recovers" means here:
 //   - the partition is detected and reported (`worker_lost` for rank 2 in events.jsonl);
 //   - the isolated side does not keep training on its own: rank 2 cannot reach the coordinator's
-//     store, so it cannot form a membership epoch of its own; it fails its collective and exits
-//     with an error, and nothing it did counts (it is in no summary);
+//     store, so it cannot form a membership epoch of its own; it fails its collective, waits for
+//     the coordinator up to elastic.coordinator_wait_s and exits with an error, and nothing it did
+//     counts (it is in no summary);
 //   - the majority side (min_workers: 2) rolls back to its last snapshot, goes on at world size 2
 //     and finishes the job, every example of the epoch seen exactly once.
 // The test needs root and `ip netns`; it skips otherwise. It creates its namespaces with names of
@@ -202,7 +203,7 @@ TEST(NetworkPartition, IsolatedWorkerStopsAndTheMajorityFinishesTheJob) {
   for (const char* s :
        {"workers=3", "train.epochs=1", "train.seed=7", "checkpoint.every_steps=0",
         "elastic.min_workers=2", "elastic.heartbeat_s=0.2", "elastic.failure_timeout_s=1",
-        "elastic.snapshot_every_steps=10", "comm.timeout_s=5"}) {
+        "elastic.snapshot_every_steps=10", "comm.timeout_s=5", "elastic.coordinator_wait_s=5"}) {
     launch.push_back("--set");
     launch.push_back(s);
   }
@@ -231,7 +232,7 @@ TEST(NetworkPartition, IsolatedWorkerStopsAndTheMajorityFinishesTheJob) {
   ASSERT_EQ(cut.exit_code, 0) << cut.output;
 
   // The isolated worker stops: its collective fails within comm.timeout_s, and without the
-  // coordinator it has no membership epoch to go on in.
+  // coordinator (elastic.coordinator_wait_s) it has no membership epoch to go on in.
   int isolated = w2->wait_exit(60s);
   EXPECT_NE(isolated, -1) << "the isolated worker kept running:\n" << w2->output();
   EXPECT_NE(isolated, 0) << w2->output();

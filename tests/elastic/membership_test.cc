@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <chrono>
 #include <future>
 #include <thread>
@@ -246,9 +247,9 @@ TEST(WorkerAgent, AbortRequestReleasesBlockedSurvivorsWhoMeetInTheNextEpoch) {
 }
 
 // A worker whose heartbeats cannot reach the coordinator (here: nothing listens where it sends
-// them) for failure_timeout fences itself: it is cut off, and rejoining throws ExcludedError.
+// them) for coordinator_wait fences itself: it is cut off, and rejoining throws ExcludedError.
 // A worker whose heartbeats get through is not cut off over the same time.
-TEST(WorkerAgent, WorkerWhoseHeartbeatsDoNotGetThroughFencesItself) {
+TEST(WorkerAgent, WorkerWithoutACoordinatorForItsWaitFencesItself) {
   Coordinator c(options(1, 1, 1000ms));
   net::Endpoint nowhere{"127.0.0.1", 0};
   {
@@ -262,7 +263,7 @@ TEST(WorkerAgent, WorkerWhoseHeartbeatsDoNotGetThroughFencesItself) {
                                                          .rank = 0,
                                                          .heartbeat = 50ms,
                                                          .join_timeout = 5000ms,
-                                                         .failure_timeout = 300ms});
+                                                         .coordinator_wait = 300ms});
   };
   Membership m = make_agent(c.endpoint())->join();
   {
@@ -284,6 +285,94 @@ TEST(WorkerAgent, WorkerWhoseHeartbeatsDoNotGetThroughFencesItself) {
         << e.what();
   }
   EXPECT_THROW(agent->join(), ExcludedError);
+}
+
+// A worker whose heartbeats did not get through while it was declared lost fences itself as soon
+// as they get through again; one that was away as long but not declared lost trains on (what a
+// coordinator started again over its journal sees). The store here is a StoreServer with a
+// journal, stopped and started again on its port.
+TEST(WorkerAgent, AWorkerDeclaredLostWhileAwayFencesItselfWhenItGetsThroughAgain) {
+  const std::string journal = ::testing::TempDir() + "agent-away.journal";
+  std::filesystem::remove(journal);
+  auto server = std::make_unique<store::StoreServer>(
+      store::StoreServerOptions{.token = kToken, .journal = journal});
+  const net::Endpoint where = server->endpoint();
+  {
+    store::TcpStore setup(where, kToken);
+    setup.set(keys::kEpoch, store::to_bytes("0"));
+    setup.set(keys::membership(0), store::to_bytes(R"({"epoch": 0, "members": [0, 1]})"));
+  }
+  store::TcpStore s0(where, kToken), s1(where, kToken);
+  auto make_agent = [&](store::Store& s, int rank) {
+    return std::make_unique<WorkerAgent>(s, AgentOptions{.store = where.str(),
+                                                         .token = kToken,
+                                                         .rank = rank,
+                                                         .heartbeat = 50ms,
+                                                         .join_timeout = 5000ms,
+                                                         .coordinator_wait = 60000ms});
+  };
+  auto lost = make_agent(s0, 0);
+  auto kept = make_agent(s1, 1);
+  lost->join();
+  kept->join();
+  server.reset();
+  auto t0 = Clock::now();
+  while (!(lost->coordinator_away() && kept->coordinator_away()) && Clock::now() - t0 < 5000ms)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(lost->coordinator_away() && kept->coordinator_away());
+  server = std::make_unique<store::StoreServer>(store::StoreServerOptions{
+      .bind_host = where.host, .port = where.port, .token = kToken, .journal = journal});
+  store::TcpStore s(where, kToken);
+  s.set(keys::lost(0), store::to_bytes("heartbeat missed for 1000 ms"));
+  const int64_t beats = s.add(keys::heartbeat(1), 0);
+  t0 = Clock::now();
+  while (!lost->cut_off() && Clock::now() - t0 < 5000ms) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(lost->cut_off()) << "a worker declared lost while away went on";
+  t0 = Clock::now();
+  while (s.add(keys::heartbeat(1), 0) < beats + 5 && Clock::now() - t0 < 5000ms)
+    std::this_thread::sleep_for(10ms);
+  EXPECT_GE(s.add(keys::heartbeat(1), 0), beats + 5) << "the other's heartbeats did not resume";
+  EXPECT_FALSE(kept->cut_off());
+  EXPECT_FALSE(kept->coordinator_away());
+  try {
+    lost->rejoin({.epoch = 0, .members = {0, 1}}, {{"step", 1}});
+    ADD_FAILURE() << "a worker declared lost rejoined";
+  } catch (const ExcludedError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 was declared lost while its heartbeats did not "
+                                         "get through (heartbeat missed for 1000 ms)"),
+              std::string::npos)
+        << e.what();
+  }
+  lost.reset();
+  kept.reset();
+  server.reset();
+  std::filesystem::remove(journal);
+}
+
+// A job that ended (job/ended): every worker still connected says it leaves (job/left/<rank>) and
+// fences itself, naming the job's status.
+TEST(WorkerAgent, AWorkerOfAJobThatEndedLeavesAndSaysSo) {
+  Coordinator c(options(1, 1, 1000ms));
+  store::TcpStore s(c.endpoint(), kToken);
+  WorkerAgent agent(s, AgentOptions{.store = c.endpoint().str(),
+                                    .token = kToken,
+                                    .rank = 0,
+                                    .heartbeat = 50ms,
+                                    .join_timeout = 5000ms,
+                                    .coordinator_wait = 60000ms});
+  Membership m = agent.join();
+  s.set(keys::kEnded, store::to_bytes("cancelled"));
+  s.wait({keys::left(0)}, 5000ms);
+  auto t0 = Clock::now();
+  while (!agent.cut_off() && Clock::now() - t0 < 5000ms) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(agent.cut_off());
+  try {
+    agent.rejoin(m, {{"step", 1}});
+    ADD_FAILURE() << "a worker of an ended job rejoined";
+  } catch (const ExcludedError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0: the job ended (cancelled)"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -97,7 +97,7 @@ TEST(JobConfig, ToYamlRoundTrips) {
                        "train: {optimizer: {name: adam, lr: 3.0e-4, betas: [0.5, 0.75]}}"),
            std::string("workers: 4\nelastic: {min_workers: 2, max_workers: 6, heartbeat_s: 0.25, "
                        "failure_timeout_s: 1.5, max_restarts: 3, snapshot_every_steps: 7, "
-                       "join_timeout_s: 30}"),
+                       "join_timeout_s: 30, coordinator_wait_s: 45.5}"),
            std::string("comm: {compression: int8, int8: {chunk: 64, stochastic_rounding: false}}"),
            std::string("comm: {integrity: hmac, transport: tcp}"),
            std::string("comm: {integrity: gmac}"),
@@ -192,6 +192,11 @@ TEST(JobConfig, ElasticKeys) {
   EXPECT_EQ(c.elastic.max_restarts, 1);
   EXPECT_EQ(c.elastic.heartbeat_s, 0.2);
   EXPECT_EQ(c.elastic.failure_timeout_s, 1.0);
+  EXPECT_EQ(d.elastic.coordinator_wait_s, 300.0);
+  // Never shorter than the failure timeout unless the job file says so (which is an error).
+  EXPECT_EQ(parse_job_config("elastic: {failure_timeout_s: 600}", "job.yaml")
+                .elastic.coordinator_wait_s,
+            600.0);
 }
 
 TEST(JobConfigErrors, ElasticLimits) {
@@ -202,6 +207,10 @@ TEST(JobConfigErrors, ElasticLimits) {
   EXPECT_EQ(error_of("elastic: {heartbeat_s: 2, failure_timeout_s: 1}"),
             "job.yaml:1:46: elastic.failure_timeout_s: must be longer than elastic.heartbeat_s "
             "(2 s), or every worker is declared lost between two heartbeats");
+  EXPECT_EQ(error_of("elastic: {failure_timeout_s: 20, coordinator_wait_s: 10}"),
+            "job.yaml:1:54: elastic.coordinator_wait_s: must be at least "
+            "elastic.failure_timeout_s (20 s): a worker gives up on its coordinator no sooner "
+            "than the coordinator gives up on it");
   EXPECT_EQ(error_of("elastic: {snapshot_every_steps: 0}"),
             "job.yaml:1:33: elastic.snapshot_every_steps: expected a positive integer, got 0");
   EXPECT_EQ(

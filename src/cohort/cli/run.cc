@@ -10,8 +10,10 @@
 //   summary.json     the outcome
 //   hang-report.txt  when a collective timed out or no rank made progress for debug.hang_timeout_s:
 //                    every rank's flight recorder and the diagnosis (trace/hang_report.h)
-// Ctrl-C (SIGINT) or SIGTERM stops every worker and the job ends as "cancelled"; workers also die
-// with the launcher if it is killed (PR_SET_PDEATHSIG), so no process is ever orphaned.
+// Ctrl-C (SIGINT) or SIGTERM stops every worker and the job ends as "cancelled". A launcher that is
+// killed leaves its local workers training for up to elastic.coordinator_wait_s, and `cohort run
+// --resume RUN_DIR` re-adopts them (readopt.h); workers of a Python program, of a job with
+// parameter servers, or started through Slurm or mpirun die with it (PR_SET_PDEATHSIG).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -35,6 +37,7 @@
 #include "cohort/base/clock.h"
 #include "cohort/base/error.h"
 #include "cohort/base/file.h"
+#include "cohort/base/host.h"
 #include "cohort/base/log.h"
 #include "cohort/base/secret.h"
 #include "cohort/cli/args.h"
@@ -42,6 +45,7 @@
 #include "cohort/cli/job_files.h"
 #include "cohort/cli/ps_fleet.h"
 #include "cohort/cli/python_launch.h"
+#include "cohort/cli/readopt.h"
 #include "cohort/cli/run_job.h"
 #include "cohort/cli/run_report.h"
 #include "cohort/elastic/coordinator.h"
@@ -183,6 +187,9 @@ int usage(std::ostream& os, int code) {
         "                                     sbatch), or one mpirun (mpirun); docs/clusters.md\n"
         "         --launcher-arg ARG          an option for mpirun or sbatch (repeat it:\n"
         "                                     --launcher-arg --hostfile --launcher-arg hosts)\n"
+        "         --resume RUN_DIR            go on with the job of RUN_DIR: re-adopt its workers\n"
+        "                                     that still run, or else restart from its newest\n"
+        "                                     checkpoint\n"
         "         --standby ADDRESS           a standby coordinator of the job whose store is at\n"
         "                                     ADDRESS (coordinator.store; what the workers join):\n"
         "                                     takes the job over when its coordinator is gone\n\n"
@@ -245,7 +252,7 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
   const LauncherKind launcher = settings.launcher;
   // Under mpirun the workers are one process of this launcher's, not one each: it tracks them
   // through the coordinator, as workers started elsewhere.
-  const bool external = settings.external || launcher == LauncherKind::Mpirun;
+  bool external = settings.external || launcher == LauncherKind::Mpirun;
   const std::string& resume_dir = settings.resume_dir;
   const bool python = !cfg.program.python.empty();
   if (python && external) {
@@ -268,8 +275,6 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
   log::add_file((run_dir / "logs" / "launcher.log").string());
   spdlog::info("job '{}': {} workers, run directory {}", cfg.name, cfg.workers, run_dir.string());
 
-  std::string token = job_token(settings.token_file);
-
   auto ms = [](double sec) { return std::chrono::milliseconds(static_cast<long>(sec * 1000)); };
   // An etcd-kept job's keys go under PREFIX/<run directory>-<start time>: a resumed run is a
   // new job there, and jobs never share keys.
@@ -278,22 +283,66 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
       : cfg.coordinator.store.empty()
           ? ""
           : cfg.coordinator.store + "/" + run_dir.filename().string() + "-" + timestamp_for_dir();
-  elastic::Coordinator coordinator({
-      .store = job_store,
-      .standby = !settings.standby.empty(),
-      .bind_host = settings.bind,
-      .port = settings.port,
-      .token = token,
-      .world_size = static_cast<int>(cfg.workers),
-      .rank_limit = static_cast<int>(cfg.workers + cfg.elastic.max_restarts),
-      .config_yaml = train::to_yaml(cfg),
-      .run_dir = fs::absolute(run_dir).string(),
-      .resume_from = resume_dir.empty() ? "" : fs::absolute(run_dir / "checkpoints").string(),
-      .membership = {.min_workers = static_cast<int>(cfg.elastic.min_or(cfg.workers)),
-                     .max_workers = static_cast<int>(cfg.elastic.max_or(cfg.workers)),
-                     .failure_timeout = ms(cfg.elastic.failure_timeout_s),
-                     .join_timeout = ms(cfg.elastic.join_timeout_s)},
-  });
+  // Local workers with the embedded store outlive this process (readopt.h): its store keeps a
+  // journal, and a coordinator started again with --resume re-adopts them.
+  const bool readoptable = job_store.empty() && launcher == LauncherKind::Local && !python &&
+                           !cfg.sync.uses_servers();
+  std::optional<CoordinatorRecord> previous;
+  if (!resume_dir.empty() && readoptable) previous = orphaned_job(run_dir);
+  // The token of a job whose coordinator may start again is kept in the run directory (0600),
+  // unless --token-file names its file; removed with the journal when the job ends.
+  const std::string run_token = (fs::absolute(run_dir) / "token").string();
+  std::string token_file = previous ? previous->token_file : settings.token_file;
+  if (readoptable && token_file.empty()) token_file = run_token;
+  const bool own_token_file = readoptable && token_file == run_token;
+  std::string token = job_token(token_file);
+
+  auto make_coordinator = [&](bool readopt) {
+    return std::make_unique<elastic::Coordinator>(elastic::CoordinatorOptions{
+        .store = job_store,
+        .standby = !settings.standby.empty(),
+        .bind_host = readopt ? previous->bind : settings.bind,
+        .port = readopt ? previous->port : settings.port,
+        .token = token,
+        .world_size = static_cast<int>(cfg.workers),
+        .rank_limit = static_cast<int>(cfg.workers + cfg.elastic.max_restarts),
+        .config_yaml = train::to_yaml(cfg),
+        .run_dir = fs::absolute(run_dir).string(),
+        .resume_from = resume_dir.empty() ? "" : fs::absolute(run_dir / "checkpoints").string(),
+        .membership = {.min_workers = static_cast<int>(cfg.elastic.min_or(cfg.workers)),
+                       .max_workers = static_cast<int>(cfg.elastic.max_or(cfg.workers)),
+                       .failure_timeout = ms(cfg.elastic.failure_timeout_s),
+                       .join_timeout = ms(cfg.elastic.join_timeout_s),
+                       .heartbeat = ms(cfg.elastic.heartbeat_s)},
+        .journal = readoptable ? journal_path(fs::absolute(run_dir)).string() : "",
+        .readopt = readopt,
+        .predecessor = readopt ? previous->describe() : "",
+    });
+  };
+  std::unique_ptr<elastic::Coordinator> coordinator_ptr = make_coordinator(previous.has_value());
+  if (previous &&
+      (coordinator_ptr->job_ended() ||
+       !workers_still_run(*coordinator_ptr,
+                          ms(cfg.elastic.failure_timeout_s + 2 * cfg.elastic.heartbeat_s)))) {
+    std::printf("cohort: no worker of the job answered its new coordinator: resuming from the "
+                "checkpoints\n");
+    spdlog::info("no worker of the job (coordinator {}) answered: resuming from the checkpoints",
+                 previous->describe());
+    coordinator_ptr.reset();
+    previous.reset();
+    coordinator_ptr = make_coordinator(false);
+  }
+  elastic::Coordinator& coordinator = *coordinator_ptr;
+  // Workers a predecessor started are this coordinator's to watch, not to start or replace.
+  if (previous) external = true;
+  if (readoptable) {
+    CoordinatorRecord{.host = host_name(),
+                      .pid = ::getpid(),
+                      .bind = settings.bind,
+                      .port = coordinator.endpoint().port,
+                      .token_file = token_file}
+        .write(run_dir);
+  }
   // The launcher's workers reach the coordinator where it listens (loopback when it listens on
   // every address); on a Slurm allocation, at this node's address.
   const std::string local_join = coordinator.join_address("127.0.0.1");
@@ -304,9 +353,12 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
     return 0;
   }
   if (!coordinator.took_over_from().empty()) {
-    events.write({{"event", "coordinator_took_over"}, {"from", coordinator.took_over_from()}});
-    std::printf("cohort: took over the job at %s from its coordinator (%s)\n", join.c_str(),
-                coordinator.took_over_from().c_str());
+    events.write({{"event", "coordinator_took_over"},
+                  {"from", coordinator.took_over_from()},
+                  {"readopted", previous.has_value()}});
+    std::printf("cohort: took over the job at %s from its coordinator (%s)%s\n", join.c_str(),
+                coordinator.took_over_from().c_str(),
+                previous ? ", with the workers that still run" : "");
   }
   std::unique_ptr<monitor::LiveConsole> console;
   if (cfg.dashboard.enabled) console = start_console(cfg, local_join, token, run_dir, events);
@@ -382,8 +434,9 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
                                               .log = log})
         : slurm ? slurm_worker(*slurm, w, r)
                 : local_worker(w, r);
-    // With the store in etcd the workers outlive this process: a standby takes them over.
-    how.die_with_parent = !store::is_etcd(join);
+    // With the store in etcd the workers outlive this process: a standby takes them over; with
+    // the embedded store, a coordinator started again with --resume (readopt.h).
+    how.die_with_parent = !store::is_etcd(join) && !readoptable;
     auto child = starter.start(how);
     coordinator.worker_started(r, child.pid());
     pid_t pid = child.pid();
@@ -613,6 +666,8 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
     // for them that often. Otherwise the next tick, or at once when a worker ends.
     wait_for_event(std::chrono::milliseconds(coordinator.changing() ? 2 : 50));
   }
+  // Workers that still run (started elsewhere, or by a predecessor) leave when told.
+  coordinator.end_job(status);
   // The last statuses: a short job may end before the once-a-second check saw a full window.
   if (cfg.workers > 1) check_stragglers();
   for (auto& m : coordinator.poll_metrics()) {
@@ -660,9 +715,13 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
   if (!error.empty()) summary["error"] = error;
   write_file_atomically(run_dir / "summary.json", summary.dump(2) + "\n");
   events.write({{"event", "job_" + status}, {"error", error}});
-  coordinator.forget_job();
   spdlog::info("job {}{}", status, error.empty() ? "" : ": " + error);
   if (console) console->monitor().finish(status, summary);
+  coordinator.forget_job();
+  if (readoptable) {
+    fs::remove(record_path(run_dir));
+    if (own_token_file) fs::remove(token_file);
+  }
 
   if (status == "completed") {
     if (python) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "cohort/elastic/job_protocol.h"
+#include "cohort/elastic/leadership.h"
 #include "cohort/store/connect.h"
 
 namespace cohort::elastic {
@@ -48,26 +49,45 @@ WorkerAgent::~WorkerAgent() {
   disconnect("");
 }
 
+void WorkerAgent::fence(const std::string& why) {
+  if (cut_off_.load()) return;
+  cut_off_reason_ = why;
+  cut_off_ = true;
+  spdlog::error("{}", why);
+  std::lock_guard lk(comm_mu_);
+  if (comm_) comm_->abort(why);
+}
+
+bool WorkerAgent::coordinator_away() const {
+  const Clock::time_point seen{Clock::duration(coordinator_seen_.load())};
+  return Clock::now() - seen > 2 * options_.heartbeat;
+}
+
 void WorkerAgent::heartbeat_loop() {
   std::unique_ptr<store::Store> store;
   auto next_beat = Clock::now();
-  auto last_through = Clock::now();  // the last heartbeat the coordinator got
   bool warned = false;
+  const std::string who = "rank " + std::to_string(options_.rank);
   for (;;) {
     {
       std::unique_lock lk(stop_mu_);
       if (stop_) return;
+      if (cut_off_.load()) {
+        stop_cv_.wait(lk, [&] { return stop_; });
+        return;
+      }
     }
-    if (options_.failure_timeout.count() > 0 && !cut_off_.load() &&
-        Clock::now() - last_through >= options_.failure_timeout) {
-      cut_off_reason_ = "rank " + std::to_string(options_.rank) + ": no heartbeat reached the " +
-                        "coordinator (through the job's store " + options_.store + ") for " +
-                        std::to_string(options_.failure_timeout.count()) +
-                        " ms: cut off from the job, which goes on without this worker";
-      cut_off_ = true;
-      spdlog::error("{}", cut_off_reason_);
-      std::lock_guard lk(comm_mu_);
-      if (comm_) comm_->abort(cut_off_reason_);
+    const Clock::time_point seen{Clock::duration(coordinator_seen_.load())};
+    if (options_.coordinator_wait.count() > 0 && Clock::now() - seen >= options_.coordinator_wait) {
+      const std::string waited = std::to_string(options_.coordinator_wait.count()) +
+                                 " ms (elastic.coordinator_wait_s): ";
+      fence(store::is_etcd(options_.store)
+                ? who + ": no coordinator has led the job (job/coordinator in " + options_.store +
+                      ") for " + waited + "this worker leaves it"
+                : who + ": no heartbeat reached the coordinator (through the job's store " +
+                      options_.store + ") for " + waited +
+                      "it is gone or out of reach, and this worker leaves the job");
+      continue;
     }
     try {
       // A short connect timeout: a worker whose coordinator is gone must still exit promptly.
@@ -76,36 +96,7 @@ void WorkerAgent::heartbeat_loop() {
                                {.token = options_.token,
                                 .timeout = std::max<Millis>(options_.heartbeat, Millis(2000))});
       }
-      if (Clock::now() >= next_beat) {
-        store->add(keys::heartbeat(options_.rank), 1);
-        last_through = Clock::now();
-        next_beat = last_through + options_.heartbeat;
-      }
-      const int epoch = connected_epoch_.load();
-      const auto slice = std::min<Millis>(
-          kWatchSlice, std::max<Millis>(Millis(1), std::chrono::duration_cast<Millis>(
-                                                       next_beat - Clock::now())));
-      if (epoch >= 0 && requested_.load() <= epoch) {
-        try {
-          store->wait({keys::request(epoch + 1)}, slice);
-          requested_ = epoch + 1;
-        } catch (const TimeoutError&) {
-        }
-      }
-      if (epoch >= 0 && requested_.load() > epoch) {
-        if (to_string(store->get(keys::request(epoch + 1))) == "abort") {
-          std::lock_guard lk(comm_mu_);
-          if (comm_ && connected_epoch_.load() == epoch) {
-            comm_->abort("membership epoch " + std::to_string(epoch + 1) +
-                         " was requested (a worker was lost)");
-          }
-        }
-        std::unique_lock lk(stop_mu_);
-        stop_cv_.wait_for(lk, slice, [&] { return stop_; });
-      } else if (epoch < 0) {
-        std::unique_lock lk(stop_mu_);
-        stop_cv_.wait_for(lk, slice, [&] { return stop_; });
-      }
+      beat(*store, next_beat);
       warned = false;
     } catch (const std::exception& e) {
       if (!warned) spdlog::warn("heartbeat to the coordinator failed: {}", e.what());
@@ -117,6 +108,54 @@ void WorkerAgent::heartbeat_loop() {
   }
 }
 
+void WorkerAgent::beat(store::Store& store, Clock::time_point& next_beat) {
+  const std::string who = "rank " + std::to_string(options_.rank);
+  if (Clock::now() >= next_beat) {
+    const bool after_gap = coordinator_away();
+    store.add(keys::heartbeat(options_.rank), 1);
+    if (after_gap && store.check({keys::lost(options_.rank)})) {
+      fence(who + " was declared lost while its heartbeats did not get through (" +
+            to_string(store.get(keys::lost(options_.rank))) +
+            "): the job went on without this worker");
+      return;
+    }
+    if (store.check({keys::kEnded})) {
+      const std::string status = to_string(store.get(keys::kEnded));
+      store.set(keys::left(options_.rank), {});
+      fence(who + ": the job ended (" + status + "), and this worker leaves it");
+      return;
+    }
+    if (!store::is_etcd(options_.store) || store.check({Leadership::kKey}))
+      coordinator_seen_ = Clock::now().time_since_epoch().count();
+    next_beat = Clock::now() + options_.heartbeat;
+  }
+  const int epoch = connected_epoch_.load();
+  const auto slice = std::min<Millis>(
+      kWatchSlice, std::max<Millis>(Millis(1), std::chrono::duration_cast<Millis>(
+                                                   next_beat - Clock::now())));
+  if (epoch >= 0 && requested_.load() <= epoch) {
+    try {
+      store.wait({keys::request(epoch + 1)}, slice);
+      requested_ = epoch + 1;
+    } catch (const TimeoutError&) {
+    }
+  }
+  if (epoch >= 0 && requested_.load() > epoch) {
+    if (to_string(store.get(keys::request(epoch + 1))) == "abort") {
+      std::lock_guard lk(comm_mu_);
+      if (comm_ && connected_epoch_.load() == epoch) {
+        comm_->abort("membership epoch " + std::to_string(epoch + 1) +
+                     " was requested (a worker was lost)");
+      }
+    }
+    std::unique_lock lk(stop_mu_);
+    stop_cv_.wait_for(lk, slice, [&] { return stop_; });
+  } else if (epoch < 0) {
+    std::unique_lock lk(stop_mu_);
+    stop_cv_.wait_for(lk, slice, [&] { return stop_; });
+  }
+}
+
 void WorkerAgent::throw_if_cut_off() const {
   if (cut_off_.load()) throw ExcludedError(cut_off_reason_);
 }
@@ -124,12 +163,17 @@ void WorkerAgent::throw_if_cut_off() const {
 Membership WorkerAgent::wait_membership(int epoch, Clock::time_point deadline) {
   for (;;) {
     throw_if_cut_off();
+    // While the coordinator is away (being started again, or a standby taking over), waiting costs
+    // nothing of the deadline: coordinator_wait bounds it.
+    if (coordinator_away()) deadline = std::max(deadline, Clock::now() + options_.join_timeout);
     try {
       store_.wait({keys::membership(epoch)}, kWatchSlice);
       return Membership::parse(to_string(store_.get(keys::membership(epoch))));
     } catch (const TimeoutError&) {
+    } catch (const PeerLostError&) {
+      // The store went away during the wait: its successor answers the next one.
     }
-    if (store_.check({keys::kAbandoned})) {
+    if (!coordinator_away() && store_.check({keys::kAbandoned})) {
       throw Error("the coordinator gave up on the job: " + to_string(store_.get(keys::kAbandoned)));
     }
     if (Clock::now() >= deadline) {
@@ -140,12 +184,28 @@ Membership WorkerAgent::wait_membership(int epoch, Clock::time_point deadline) {
   }
 }
 
+void WorkerAgent::post(const std::string& key, const store::Bytes& value) {
+  for (;;) {
+    throw_if_cut_off();
+    try {
+      store_.set(key, value);
+      return;
+    } catch (const TimeoutError& e) {
+      spdlog::warn("waiting for the coordinator to write {}: {}", key, e.what());
+    } catch (const PeerLostError& e) {
+      spdlog::warn("waiting for the coordinator to write {}: {}", key, e.what());
+    }
+    std::unique_lock lk(stop_mu_);
+    stop_cv_.wait_for(lk, options_.heartbeat, [&] { return stop_; });
+  }
+}
+
 Membership WorkerAgent::join() {
   throw_if_cut_off();
   const int current = std::stoi(to_string(store_.get(keys::kEpoch)));
   Membership m = Membership::parse(to_string(store_.get(keys::membership(current))));
   if (m.rank_of(options_.rank) >= 0) return m;
-  store_.set(keys::waiting(options_.rank), to_bytes(json{{"time", wall_seconds()}}.dump()));
+  post(keys::waiting(options_.rank), to_bytes(json{{"time", wall_seconds()}}.dump()));
   spdlog::info("waiting to be admitted (membership epoch {} has {} workers)", current,
                m.members.size());
   const auto deadline = Clock::now() + options_.join_timeout;
@@ -158,7 +218,7 @@ Membership WorkerAgent::join() {
 Membership WorkerAgent::rejoin(const Membership& current, const json& info) {
   throw_if_cut_off();
   const int target = current.epoch + 1;
-  store_.set(keys::ready(target, options_.rank), to_bytes(info.dump()));
+  post(keys::ready(target, options_.rank), to_bytes(info.dump()));
   Membership m = wait_membership(target, Clock::now() + options_.join_timeout);
   if (m.rank_of(options_.rank) < 0) {
     throw ExcludedError("rank " + std::to_string(options_.rank) +
@@ -199,7 +259,7 @@ void WorkerAgent::disconnect(const std::string& reason) {
 }
 
 void WorkerAgent::report_recovered(const Membership& m, const json& info) {
-  store_.set(keys::recovered(m.epoch), to_bytes(info.dump()));
+  post(keys::recovered(m.epoch), to_bytes(info.dump()));
 }
 
 }  // namespace cohort::elastic

@@ -7,10 +7,15 @@
 // released within moments instead of at the collective's deadline; a "grow" request is only noted
 // (change_requested()) and the trainer switches at its next snapshot boundary.
 //
-// A worker none of whose heartbeats got through for failure_timeout is one the coordinator has
-// declared lost (it counts the same timeout): cut off from the job (a network partition, the
-// coordinator gone), it fences itself: it aborts its communicator and join()/rejoin() throw
-// ExcludedError, so an isolated worker never goes on training on its own.
+// A worker whose coordinator is out of reach (it died, it is being started again, or a partition
+// separates them) trains on: its collectives need only its peers. It waits for a coordinator to
+// return up to coordinator_wait (elastic.coordinator_wait_s): none of its heartbeats got through
+// for that long (with an etcd store: job/coordinator held by nobody that long), it fences itself —
+// it aborts its communicator and join()/rejoin() throw ExcludedError. When its heartbeats get
+// through again it looks first whether the job declared it lost meanwhile (its peers went on
+// without it): then it fences itself at once. An isolated worker never goes on training on its
+// own: its peers abort the communicator it shares with them when the coordinator asks them to.
+// A job that ended (job/ended) fences its workers too; each says it left (job/left/<rank>).
 #pragma once
 
 #include <atomic>
@@ -53,8 +58,8 @@ struct AgentOptions {
   std::chrono::milliseconds heartbeat{1000};
   // How long a worker waits for a membership that includes it before giving up.
   std::chrono::milliseconds join_timeout{60000};
-  // No heartbeat through for this long: the worker is cut off and fences itself (0: never).
-  std::chrono::milliseconds failure_timeout{0};
+  // No coordinator seen for this long: the worker is cut off and fences itself (0: never).
+  std::chrono::milliseconds coordinator_wait{0};
   // Template of every epoch's communicator (rank, size and store_prefix are filled in).
   comm::CommConfig comm;
 };
@@ -92,8 +97,14 @@ class WorkerAgent {
 
   // Whether the coordinator asked for an epoch after the connected one.
   bool change_requested() const { return requested_.load() > connected_epoch_.load(); }
-  // Whether no heartbeat got through for failure_timeout (the worker is cut off from the job).
+  // Whether this worker fenced itself (no coordinator for coordinator_wait, declared lost, or the
+  // job ended).
   bool cut_off() const { return cut_off_.load(); }
+  // Whether the coordinator has not been heard from for two heartbeats (gone, or out of reach).
+  bool coordinator_away() const;
+  // Writes `key` to the job's store, waiting through the coordinator's absence: it retries until
+  // the write goes through or this worker is cut off (then ExcludedError).
+  void post(const std::string& key, const store::Bytes& value);
   // Rank 0 of an epoch after a failure: the first step there is done (for recovery_seconds).
   void report_recovered(const Membership& m, const nlohmann::json& info);
 
@@ -101,12 +112,17 @@ class WorkerAgent {
   Membership wait_membership(int epoch, Clock::time_point deadline);
   void throw_if_cut_off() const;
   void heartbeat_loop();
+  // One round of the heartbeat thread: a heartbeat when one is due (and what it may learn: that
+  // the job declared this worker lost, or ended), then a watch for the next epoch's request.
+  void beat(store::Store& store, Clock::time_point& next_beat);
+  void fence(const std::string& why);
 
   store::Store& store_;
   AgentOptions options_;
   std::atomic<int> connected_epoch_{-1};
   std::atomic<int> requested_{-1};
   std::atomic<bool> cut_off_{false};
+  std::atomic<Clock::rep> coordinator_seen_{Clock::now().time_since_epoch().count()};
   std::string cut_off_reason_;  // written once before cut_off_ is set
 
   std::mutex comm_mu_;  // guards comm_ against the heartbeat thread's abort

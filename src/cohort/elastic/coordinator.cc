@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "cohort/base/error.h"
 #include "cohort/base/host.h"
@@ -58,9 +59,18 @@ Coordinator::Coordinator(const CoordinatorOptions& options) : options_(options) 
                   leadership_->leader());
     fence();
   } else {
-    server_ = std::make_unique<store::StoreServer>(store::StoreServerOptions{
-        .bind_host = options.bind_host, .port = options.port, .token = options.token});
+    if (!options.readopt && !options.journal.empty()) std::filesystem::remove(options.journal);
+    server_ = std::make_unique<store::StoreServer>(
+        store::StoreServerOptions{.bind_host = options.bind_host,
+                                  .port = options.port,
+                                  .token = options.token,
+                                  .journal = options.journal});
     client_ = store::connect(join_address("127.0.0.1"), {.token = options.token});
+    if (options.readopt) {
+      took_over_from_ = options.predecessor;
+      adopt();
+      return;
+    }
   }
   client_->set(keys::kConfig, to_bytes(options.config_yaml));
   client_->set(keys::kWorldSize, to_bytes(std::to_string(options.world_size)));
@@ -92,8 +102,27 @@ void Coordinator::adopt() {
     throw ProtocolError("the job's state in " + options_.store + " is not what a coordinator " +
                         "writes: " + e.what());
   }
+  for (int m : members_) adopted_beats_[m] = client_->add(keys::heartbeat(m), 0);
   spdlog::info("took over the job from {}: membership epoch {}, {} members, {} lost",
                took_over_from_, epoch_, members_.size(), lost_.size());
+}
+
+bool Coordinator::heard_from_members() {
+  for (const auto& [m, beats] : adopted_beats_) {
+    if (!lost_.count(m) && client_->add(keys::heartbeat(m), 0) != beats) return true;
+  }
+  return false;
+}
+
+std::map<int, pid_t> Coordinator::members_on_this_host() const {
+  std::map<int, pid_t> out;
+  const std::string here = host_name();
+  for (int m : members_) {
+    auto it = workers_.find(m);
+    if (it != workers_.end() && it->second.host == here && it->second.pid > 0)
+      out[m] = it->second.pid;
+  }
+  return out;
 }
 
 void Coordinator::adopt_state() {
@@ -134,7 +163,7 @@ void Coordinator::adopt_state() {
 }
 
 void Coordinator::save_cursors() {
-  if (leadership_)
+  if (keeps_state())
     client_->set(keys::kCursors,
                  to_bytes(json{{"metrics", next_metric_}, {"events", next_event_}}.dump()));
 }
@@ -144,14 +173,41 @@ Coordinator::~Coordinator() {
   if (server_) server_->stop();
 }
 
-void Coordinator::forget_job() {
+void Coordinator::end_job(const std::string& status) {
   if (!leads()) return;  // the job is another coordinator's now
+  try {
+    client_->set(keys::kEnded, to_bytes(status));
+    // Workers that are still connected (started elsewhere, or by a predecessor) leave on seeing it.
+    std::vector<std::string> left;
+    for (const auto& [r, w] : workers_) {
+      if (w.joined && !w.exited && !w.started_here && !lost_.count(r) &&
+          !client_->check({keys::summary(r)}))
+        left.push_back(keys::left(r));
+    }
+    if (!left.empty()) {
+      try {
+        client_->wait(left, 2 * options_.membership.heartbeat + Millis(1000));
+      } catch (const TimeoutError& e) {
+        spdlog::warn("workers that did not say they left the ended job: {}", e.what());
+      }
+    }
+  } catch (const Error& e) {
+    spdlog::warn("could not tell the workers that the job ended: {}", e.what());
+  }
+}
+
+void Coordinator::forget_job() {
+  if (!leads()) return;
   if (auto* etcd = dynamic_cast<store::EtcdStore*>(client_.get())) {
     try {
       etcd->delete_all();
     } catch (const Error& e) {
       spdlog::warn("could not remove the job's keys from {}: {}", options_.store, e.what());
     }
+  } else if (server_) {
+    client_.reset();
+    server_->stop();
+    if (!options_.journal.empty()) std::filesystem::remove(options_.journal);
   }
 }
 
@@ -236,6 +292,7 @@ std::optional<std::pair<int, std::string>> Coordinator::failure() {
 
 void Coordinator::worker_started(int rank, pid_t pid) {
   workers_[rank].pid = pid;
+  workers_[rank].started_here = true;
   known_ranks_ = std::max(known_ranks_, rank + 1);
 }
 
@@ -470,7 +527,7 @@ void Coordinator::check_recovered(std::vector<json>& events) {
   stats_.recoveries += 1;
   stats_.recovery_seconds_max = std::max(stats_.recovery_seconds_max, secs);
   stats_.steps_rolled_back += rolled_back;
-  if (leadership_) {
+  if (keeps_state()) {
     client_->set(keys::kRecoveryStats,
                  to_bytes(json{{"recoveries", stats_.recoveries},
                                {"recovery_seconds_max", stats_.recovery_seconds_max},

@@ -38,6 +38,7 @@ struct MembershipPolicy {
   int max_workers = 1;
   std::chrono::milliseconds failure_timeout{10000};
   std::chrono::milliseconds join_timeout{60000};
+  std::chrono::milliseconds heartbeat{1000};  // the workers' heartbeat interval
 };
 
 struct CoordinatorOptions {
@@ -58,6 +59,14 @@ struct CoordinatorOptions {
   std::string run_dir;
   std::string resume_from;  // checkpoint path or empty
   MembershipPolicy membership;
+  // The embedded store's journal (store/journal.h), so that a coordinator started again over the
+  // same run directory finds the job's keys. Empty: none.
+  std::string journal;
+  // The journal holds a job whose coordinator died: serve its keys where that one listened (port)
+  // and take the job over, with the workers that still run, instead of publishing a new one.
+  // `predecessor` says which coordinator that was (for the log and summary.json).
+  bool readopt = false;
+  std::string predecessor;
 };
 
 // Outcome of the recoveries so far (summary.json fields).
@@ -73,8 +82,12 @@ class Coordinator {
  public:
   explicit Coordinator(const CoordinatorOptions& options);
   ~Coordinator();
-  // Removes the job's keys from an etcd store once the job is over (nothing for the embedded
-  // store, which goes with this process).
+  // Once the job is over: tells the workers still connected to leave (job/ended: `status`) and
+  // waits, up to two heartbeats and a second, for those its launcher did not start to say they
+  // have (the launcher stops its own).
+  void end_job(const std::string& status);
+  // Then: removes the job's keys from an etcd store, or stops the embedded store and removes its
+  // journal.
   void forget_job();
   // A standby that took over: the coordinator it replaced ("" when this one started the job),
   // and whether the job had ended before it could (then there is nothing to coordinate).
@@ -97,6 +110,12 @@ class Coordinator {
   std::vector<nlohmann::json> poll_worker_events();
   // Ranks that have joined so far.
   int joined_count();
+  // A coordinator that took a job over: whether any member's heartbeat has come since it did
+  // (its workers still run).
+  bool heard_from_members();
+  // The members that joined from this machine (host_name()), by rank: their pids, for a launcher
+  // that must stop workers it did not start.
+  std::map<int, pid_t> members_on_this_host() const;
   // The final summaries (in communicator rank order) once every member of the current epoch has
   // posted one and no membership change is under way.
   std::optional<std::vector<nlohmann::json>> summaries();
@@ -135,6 +154,7 @@ class Coordinator {
     int64_t beats = -1;
     Clock::time_point last_beat{};
     bool exited = false;
+    bool started_here = false;  // by this coordinator's launcher (which stops it)
   };
   // Records key(next), key(next + 1), ... as they appear, skipping a number taken by a worker that
   // was lost before it wrote the record.
@@ -142,6 +162,9 @@ class Coordinator {
   // The state a standby takes over: membership, lost ranks, cursors, recoveries so far.
   void adopt();
   void adopt_state();
+  // Whether the job's state must be kept in the store for a coordinator that takes over (etcd, or
+  // the embedded store's journal).
+  bool keeps_state() const { return leadership_ || !options_.journal.empty(); }
   void fence();
   void save_cursors();
   void learn_joins();
@@ -168,6 +191,7 @@ class Coordinator {
 
   std::map<int, Worker> workers_;
   int known_ranks_ = 0;  // ranks [0, known_ranks_) may exist
+  std::map<int, int64_t> adopted_beats_;  // each member's heartbeat count when taken over
   int epoch_ = 0;
   std::vector<int> members_;
   std::set<int> lost_;

@@ -27,6 +27,8 @@
 //   job/waiting/<rank>    a joiner has loaded its data and waits to be admitted
 //   job/recovered/<e>     rank 0 of epoch e completed its first step there (JSON)
 //   job/abandoned         the coordinator gave up on the job (text); waiting workers stop
+//   job/ended             the job is over (completed, failed, cancelled): workers still connected
+//                         leave, and say so with job/left/<rank>
 //   job/debug/...         flight records and activity for hang reports (trace/hang_report.h)
 #pragma once
 
@@ -72,6 +74,11 @@ inline std::string event(long i) {
 }
 inline const std::string kEpoch = "job/epoch";
 inline const std::string kAbandoned = "job/abandoned";
+inline const std::string kEnded = "job/ended";
+// Worker <rank> saw job/ended and is leaving.
+inline std::string left(int rank) {
+  return "job/left/" + std::to_string(rank);
+}
 // Liveness counter of worker <rank>.
 inline std::string heartbeat(int rank) {
   return "job/heartbeat/" + std::to_string(rank);

@@ -43,7 +43,7 @@ const Schema& schema() {
       {"checkpoint", {"every_steps", "keep"}},
       {"elastic",
        {"min_workers", "max_workers", "heartbeat_s", "failure_timeout_s", "max_restarts",
-        "snapshot_every_steps", "join_timeout_s"}},
+        "snapshot_every_steps", "join_timeout_s", "coordinator_wait_s"}},
       {"dashboard", {"enabled", "bind", "port"}},
       {"coordinator", {"store"}},
       {"faults[]", {"kind", "rank", "at_step", "seconds", "factor", "every"}},
@@ -227,6 +227,9 @@ void read_elastic(const YamlReader& r, const YAML::Node& root, JobConfig& c) {
                             "a number of seconds in (0, 86400]")) {
     e.join_timeout_s = *v;
   }
+  const auto wait = r.get_number(m, "elastic.coordinator_wait_s", 0, true, 86400, false,
+                                 "a number of seconds in (0, 86400]");
+  if (wait) e.coordinator_wait_s = *wait;
   if (auto v = r.get_int(m, "elastic.max_restarts", 0, 1000000, "an integer in [0, 1000000]")) {
     e.max_restarts = *v;
   }
@@ -247,6 +250,13 @@ void read_elastic(const YamlReader& r, const YAML::Node& root, JobConfig& c) {
     r.fail("elastic.failure_timeout_s", YamlReader::child(m, "elastic.failure_timeout_s"),
            "must be longer than elastic.heartbeat_s (" + yaml_number(e.heartbeat_s) +
                " s), or every worker is declared lost between two heartbeats");
+  }
+  if (!wait) e.coordinator_wait_s = std::max(e.coordinator_wait_s, e.failure_timeout_s);
+  if (e.coordinator_wait_s < e.failure_timeout_s) {
+    r.fail("elastic.coordinator_wait_s", YamlReader::child(m, "elastic.coordinator_wait_s"),
+           "must be at least elastic.failure_timeout_s (" + yaml_number(e.failure_timeout_s) +
+               " s): a worker gives up on its coordinator no sooner than the coordinator gives up "
+               "on it");
   }
 }
 

@@ -161,6 +161,9 @@ struct ElasticConfig {
   int64_t max_restarts = 0;           // replacements the launcher may start over the whole job
   int64_t snapshot_every_steps = 20;  // in-memory snapshots, and when joiners are admitted
   double join_timeout_s = 60.0;       // how long the job waits below min_workers
+  // How long workers train on without their coordinator before they give up (cohort run --resume
+  // re-adopts them within it).
+  double coordinator_wait_s = 300.0;
   int64_t min_or(int64_t workers) const { return min_workers > 0 ? min_workers : workers; }
   int64_t max_or(int64_t workers) const { return max_workers > 0 ? max_workers : workers; }
   bool operator==(const ElasticConfig&) const = default;

@@ -125,6 +125,7 @@ std::string to_yaml(const JobConfig& c) {
   out << YAML::Key << "max_restarts" << YAML::Value << e.max_restarts;
   out << YAML::Key << "snapshot_every_steps" << YAML::Value << e.snapshot_every_steps;
   num("join_timeout_s", e.join_timeout_s);
+  num("coordinator_wait_s", e.coordinator_wait_s);
   out << YAML::EndMap;
   if (c.dashboard != DashboardConfig{}) {
     out << YAML::Key << "dashboard" << YAML::Value << YAML::BeginMap;

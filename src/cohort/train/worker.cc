@@ -15,6 +15,7 @@
 #include "cohort/elastic/agent.h"
 #include "cohort/elastic/job_protocol.h"
 #include "cohort/elastic/rank_claim.h"
+#include "cohort/elastic/reports.h"
 #include "cohort/store/connect.h"
 #include "cohort/trace/hang_report.h"
 #include "cohort/train/trainer.h"
@@ -48,6 +49,9 @@ int run_worker(const WorkerOptions& options) {
   // itself waits before it declares the worker lost (a coordinator that is gone must not keep a
   // worker alive for the store's whole timeout).
   std::chrono::milliseconds last_words{3000};
+  // Progress, events and live status go by a thread of their own: training never waits on the
+  // coordinator, which may be away for a while (elastic.coordinator_wait_s).
+  std::unique_ptr<elastic::JobReports> reports;
   json status;  // the last live status published (job/status/<rank>)
   auto publish_status = [&](json s) {
     s["rank"] = rank;
@@ -55,7 +59,11 @@ int run_worker(const WorkerOptions& options) {
     s["pid"] = ::getpid();
     if (!s.contains("time")) s["time"] = wall_seconds();
     status = s;
-    store->set(elastic::keys::status(rank), to_bytes(s.dump()));
+    if (reports) {
+      reports->status(s);
+    } else {
+      store->set(elastic::keys::status(rank), to_bytes(s.dump()));
+    }
   };
   try {
     store = store::connect(options.join, {.token = options.token});
@@ -72,6 +80,12 @@ int run_worker(const WorkerOptions& options) {
     log::set_context(rank);
     spdlog::info("joined job '{}' as rank {} of {} (store {})", cfg.name, rank, world,
                  options.join);
+    const auto coordinator_wait =
+        std::chrono::milliseconds(static_cast<long>(cfg.elastic.coordinator_wait_s * 1000));
+    reports = std::make_unique<elastic::JobReports>(
+        store::connect(options.join,
+                       {.token = options.token, .reconnect_timeout = std::chrono::seconds(1)}),
+        rank);
 
     // One flight recorder across membership epochs: the reporter answers for whichever
     // communicator is current.
@@ -89,7 +103,7 @@ int run_worker(const WorkerOptions& options) {
                  .heartbeat = ms(cfg.elastic.heartbeat_s),
                  // At least as long as the coordinator waits for the survivors and for joiners.
                  .join_timeout = ms(cfg.elastic.join_timeout_s + 2 * cfg.elastic.failure_timeout_s),
-                 .failure_timeout = ms(cfg.elastic.failure_timeout_s),
+                 .coordinator_wait = coordinator_wait,
                  .comm = {.token = options.token,
                           .bind_host = options.bind_host,
                           .timeout = ms(cfg.comm.timeout_s),
@@ -103,19 +117,9 @@ int run_worker(const WorkerOptions& options) {
         .agent = agent,
         .run_dir = to_string(store->get(elastic::keys::kRunDir)),
         .resume_from = to_string(store->get(elastic::keys::kResume)),
-        .report_progress =
-            [&](const json& record) {
-              // Rank 0 of any membership epoch reports; the counter keeps the records in order.
-              long next = static_cast<long>(store->add(elastic::keys::kMetricsNext, 1) - 1);
-              store->set(elastic::keys::metrics(next), to_bytes(record.dump()));
-            },
-        .report_event =
-            [&](const json& event) {
-              long next = static_cast<long>(store->add(elastic::keys::kEventsNext, 1) - 1);
-              json e = event;
-              e["rank"] = rank;
-              store->set(elastic::keys::event(next), to_bytes(e.dump()));
-            },
+        // Rank 0 of any membership epoch reports; the counter keeps the records in order.
+        .report_progress = [&](const json& record) { reports->progress(record); },
+        .report_event = [&](const json& event) { reports->event(event); },
         .report_status = publish_status,
         .recorder = recorder,
         .store = options.join,
@@ -127,7 +131,10 @@ int run_worker(const WorkerOptions& options) {
     status["state"] = "finished";
     status.erase("time");
     publish_status(status);
-    store->set(elastic::keys::summary(rank), to_bytes(summary.dump()));
+    // The records first: the coordinator ends the job once it has every summary.
+    if (!reports->flush(coordinator_wait))
+      spdlog::warn("progress records not sent within elastic.coordinator_wait_s");
+    agent.post(elastic::keys::summary(rank), to_bytes(summary.dump()));
     spdlog::info("finished: {} steps, test accuracy {:.4f}", summary.value("steps", 0L),
                  summary.value("test_accuracy", 0.0));
     return 0;
@@ -138,6 +145,8 @@ int run_worker(const WorkerOptions& options) {
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     reporter.reset();
+    if (reports) reports->flush(last_words);
+    reports.reset();  // the last words go straight to the store
     bool reachable = store != nullptr;
     if (store) store->set_timeout(last_words);
     if (store && recorder) {
