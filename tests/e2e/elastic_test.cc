@@ -517,13 +517,27 @@ bool ended(pid_t pid) {
 // the failure timeout, the same worker processes train on without a step rolled back, and every
 // sample is seen once. `stop`: the first is SIGSTOPped instead, and continued once the standby
 // leads: it must see that it lost the lead and leave, its workers alive and the job's keys there.
+// `first`: the standby is started before the job, at the address --run-id gives it (as on
+// Kubernetes, where both pods start at once): it waits for the job to start.
 enum class Loss { Kill, Stop };
-void standby_drill(const std::string& name, bool external, Loss loss = Loss::Kill) {
+void standby_drill(const std::string& name, bool external, Loss loss = Loss::Kill,
+                   bool standby_first = false) {
   auto dir = fresh_dir(name);
   cohort::store::testing::EtcdCluster etcd(1);
   const std::string token = (dir / "token").string();
   std::vector<std::string> extra = {"--token-file", token};
   if (external) extra.push_back("--external-workers");
+  const std::string run_id = "drill-" + std::to_string(::getpid());
+  std::optional<Launcher> early;
+  if (standby_first) {
+    extra.insert(extra.end(), {"--run-id", run_id});
+    early.emplace(dir, "standby",
+                  std::vector<std::string>{"--standby", etcd.url("jobs") + "/" + run_id,
+                                           "--run-dir", (dir / "standby").string()});
+    ASSERT_TRUE(early->wait_until(
+        [&] { return early->output().find("waiting for the job") != std::string::npos; }, 120s))
+        << early->output();
+  }
   // Stopped, the first must come back while its workers still train: a longer job.
   const int epochs = loss == Loss::Kill ? 1 : 4;
   Launcher first(dir,
@@ -533,13 +547,21 @@ void standby_drill(const std::string& name, bool external, Loss loss = Loss::Kil
                  extra);
   const std::string where = first.join_address(60s);
   ASSERT_FALSE(where.empty()) << first.output();
+  if (standby_first) {
+    EXPECT_EQ(where, etcd.url("jobs") + "/" + run_id);
+  }
   ASSERT_TRUE(first.wait_until([&] { return fs::exists(token); }, 10s)) << first.output();
   std::optional<ExternalWorker> w0, w1;
   if (external) {
     w0.emplace(dir / "w0.log", where, token, 0);
     w1.emplace(dir / "w1.log", where, token, 1);
   }
-  Launcher standby(dir, "standby", {"--standby", where, "--run-dir", (dir / "standby").string()});
+  if (!early) {
+    early.emplace(dir, "standby",
+                  std::vector<std::string>{"--standby", where, "--run-dir",
+                                           (dir / "standby").string()});
+  }
+  Launcher& standby = *early;
   ASSERT_TRUE(standby.wait_until(
       [&] {
         return standby.output().find("taking it over when that is gone") != std::string::npos;
@@ -596,6 +618,10 @@ TEST(Elastic, AStandbyCoordinatorTakesOverWorkersStartedElsewhere) {
 
 TEST(Elastic, AStandbyCoordinatorTakesOverTheWorkersItsPredecessorStarted) {
   standby_drill("standby-local", false);
+}
+
+TEST(Elastic, AStandbyStartedBeforeItsJobWaitsForItThenTakesItOver) {
+  standby_drill("standby-first", true, Loss::Kill, true);
 }
 
 TEST(Elastic, ACoordinatorThatLostTheLeadLeavesTheJobToTheStandby) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -145,6 +146,49 @@ TEST(K8s, AJobWithParameterServersHasAnIndexedJobOfThem) {
   EXPECT_EQ(index_from, "metadata.annotations['batch.kubernetes.io/job-completion-index']");
   EXPECT_EQ(spec["template"]["spec"]["volumes"][0]["secret"]["secretName"], "fashion-cnn-token");
   // Without servers there is no such Job (checked for every example above: 6 documents).
+  fs::remove_all(dir);
+}
+
+// coordinator.store in etcd: the coordinator leads the job under a run id of its own under the
+// prefix, the workers join that etcd address, and a standby coordinator waits beside it.
+TEST(K8s, AJobKeptInEtcdHasAStandbyCoordinatorAndItsWorkersJoinEtcd) {
+  auto dir = cohort::e2e::fresh_dir("k8s", "etcd");
+  const fs::path out = dir / "m.yaml";
+  const std::string store = "etcd://etcd-0.etcd:2379,etcd-1.etcd:2379/jobs";
+  auto r = sh(cohort() + " k8s " + source("examples/fashion-mlp.yaml") +
+              " --image cohort:1 --set coordinator.store=" + store + " --out " + out.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json docs = validated(out);
+  ASSERT_TRUE(docs.is_array());
+  ASSERT_EQ(docs.size(), 7u);
+  const json* coordinator = find(docs, "Job", "fashion-mlp-coordinator");
+  const json* standby = find(docs, "Job", "fashion-mlp-standby");
+  const json* workers = find(docs, "Job", "fashion-mlp-workers");
+  ASSERT_TRUE(coordinator && standby && workers);
+  const std::vector<std::string> lead =
+      (*coordinator)["spec"]["template"]["spec"]["containers"][0]["command"];
+  auto id = std::find(lead.begin(), lead.end(), "--run-id");
+  ASSERT_NE(id, lead.end());
+  ASSERT_NE(id + 1, lead.end());
+  EXPECT_TRUE(id[1].starts_with("fashion-mlp-") && id[1].size() == 20) << id[1];
+  const std::string join = store + "/" + id[1];
+  const std::vector<std::string> worker =
+      (*workers)["spec"]["template"]["spec"]["containers"][0]["command"];
+  ASSERT_GE(worker.size(), 4u);
+  EXPECT_EQ(worker[2], "--join");
+  EXPECT_EQ(worker[3], join);
+  const std::vector<std::string> wait =
+      (*standby)["spec"]["template"]["spec"]["containers"][0]["command"];
+  const std::vector<std::string> expected = {"cohort",       "run",
+                                             "--standby",    join,
+                                             "--token-file", "/var/run/secrets/cohort/token",
+                                             "--run-dir",    "/var/lib/cohort/run"};
+  EXPECT_EQ(wait, expected);
+  // Another set of manifests is another job: its keys go elsewhere.
+  auto again = sh(cohort() + " k8s " + source("examples/fashion-mlp.yaml") +
+                  " --image cohort:1 --set coordinator.store=" + store);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(again.output.find(join), std::string::npos);
   fs::remove_all(dir);
 }
 

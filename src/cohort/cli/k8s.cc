@@ -7,6 +7,10 @@
 //   Service      <name>-workers        headless: a DNS name for each worker pod
 //   Job          <name>-coordinator    `cohort run --external-workers`: the coordinator, which
 //                                      ends when the training job does
+//   Job          <name>-standby        with coordinator.store (etcd): `cohort run --standby`, a
+//                                      second coordinator that takes the job over when the first
+//                                      is gone. The job's keys are under PREFIX/<name>-<random>
+//                                      (--run-id), which the workers join.
 //   Job          <name>-workers        an Indexed Job of `workers` pods, `cohort worker --join`;
 //                                      the rank is the completion index (JOB_COMPLETION_INDEX). A
 //                                      pod that fails is started again under its index, up to
@@ -52,7 +56,8 @@ int usage(std::ostream& os, int code) {
   os << "usage: cohort k8s JOB.yaml --image IMAGE [--set key=value]... [--name NAME]\n"
         "                 [--namespace NS] [--token-file F] [--out FILE]\n\n"
         "Writes the Kubernetes manifests that run the job (1.24 or later: an Indexed Job of\n"
-        "workers, one of parameter servers where sync.mode has them, a coordinator, their\n"
+        "workers, one of parameter servers where sync.mode has them, a coordinator (and a\n"
+        "standby coordinator where coordinator.store is etcd), their\n"
         "Services, the job file as a ConfigMap and the token as a Secret) to FILE (mode 0600: it "
         "holds the token) or stdout. The image is one built with\n"
         "examples/k8s/Dockerfile. The token is read from --token-file, or made. Apply with\n"
@@ -114,15 +119,37 @@ struct Manifests {
   std::string ns;
   std::string image;
   std::string token;
+  std::string run_id;  // with coordinator.store: where under its prefix the job's keys go
 
   std::vector<ojson> all() const {
     std::vector<ojson> docs = {secret(),          config_map(),  coordinator_service(),
                                workers_service(), coordinator(), workers()};
     if (cfg.sync.uses_servers()) docs.push_back(servers());
+    if (!run_id.empty()) docs.push_back(standby());
     return docs;
   }
 
-  std::string join() const { return job + "-coordinator:" + std::to_string(kCoordinatorPort); }
+  std::string join() const {
+    if (!run_id.empty()) return cfg.coordinator.store + "/" + run_id;
+    return job + "-coordinator:" + std::to_string(kCoordinatorPort);
+  }
+
+  std::vector<std::string> coordinator_command() const {
+    std::vector<std::string> c = {"cohort",
+                                  "run",
+                                  std::string(kJobDir) + "/job.yaml",
+                                  "--external-workers",
+                                  "--bind",
+                                  "0.0.0.0",
+                                  "--port",
+                                  std::to_string(kCoordinatorPort),
+                                  "--token-file",
+                                  std::string(kTokenDir) + "/token",
+                                  "--run-dir",
+                                  "/var/lib/cohort/run"};
+    if (!run_id.empty()) c.insert(c.end(), {"--run-id", run_id});
+    return c;
+  }
 
   ojson secret() const {
     return {{"apiVersion", "v1"},
@@ -167,10 +194,7 @@ struct Manifests {
     ojson container = {
         {"name", "coordinator"},
         {"image", image},
-        {"command",
-         {"cohort", "run", std::string(kJobDir) + "/job.yaml", "--external-workers", "--bind",
-          "0.0.0.0", "--port", std::to_string(kCoordinatorPort), "--token-file",
-          std::string(kTokenDir) + "/token", "--run-dir", "/var/lib/cohort/run"}},
+        {"command", coordinator_command()},
         {"ports", {{{"name", "coordinator"}, {"containerPort", kCoordinatorPort}}}},
         {"resources", resources(1, "512Mi")},
         {"volumeMounts",
@@ -191,6 +215,31 @@ struct Manifests {
                    {token_volume(job),
                     {{"name", "job"}, {"configMap", {{"name", job + "-job"}}}},
                     {{"name", "run"}, {"emptyDir", ojson::object()}}}}}}}}}}};
+  }
+
+  // The standby coordinator (an etcd store): it waits for the job to start, then for its
+  // coordinator's lease to run out, and takes the job over from etcd.
+  ojson standby() const {
+    ojson container = {{"name", "standby"},
+                       {"image", image},
+                       {"command",
+                        {"cohort", "run", "--standby", join(), "--token-file",
+                         std::string(kTokenDir) + "/token", "--run-dir", "/var/lib/cohort/run"}},
+                       {"resources", resources(1, "512Mi")},
+                       {"volumeMounts",
+                        {token_mount(), {{"name", "run"}, {"mountPath", "/var/lib/cohort"}}}}};
+    return {{"apiVersion", "batch/v1"},
+            {"kind", "Job"},
+            {"metadata", metadata(job + "-standby", ns, job, "standby")},
+            {"spec",
+             {{"backoffLimit", 0},
+              {"template",
+               {{"metadata", {{"labels", labels(job, "standby")}}},
+                {"spec",
+                 {{"restartPolicy", "Never"},
+                  {"containers", {container}},
+                  {"volumes",
+                   {token_volume(job), {{"name", "run"}, {"emptyDir", ojson::object()}}}}}}}}}}};
   }
 
   ojson workers() const {
@@ -306,11 +355,6 @@ int k8s_main(int argc, char** argv) {
         "cohort k8s: a Python program's workers are started by `cohort run`; "
         "run the image's cohort run in one pod instead");
   }
-  if (!cfg.coordinator.store.empty()) {
-    throw ConfigError("cohort k8s: coordinator.store (" + cfg.coordinator.store +
-                      ") is not supported in the manifests yet: the workers join the "
-                      "coordinator's Service; leave coordinator.store out");
-  }
   std::string token;
   if (auto f = args.get("token-file")) {
     token = read_secret_file(*f, "--token-file");
@@ -319,11 +363,20 @@ int k8s_main(int argc, char** argv) {
     random_bytes(raw, sizeof(raw));
     token = to_hex(raw, sizeof(raw));
   }
+  const std::string job = k8s_name(args.get_or("name", cfg.name));
+  std::string run_id;
+  if (!cfg.coordinator.store.empty()) {
+    // A fresh place under the prefix for each set of manifests: jobs never share keys.
+    uint8_t raw[4];
+    random_bytes(raw, sizeof(raw));
+    run_id = job + "-" + to_hex(raw, sizeof(raw));
+  }
   const Manifests m{.cfg = cfg,
-                    .job = k8s_name(args.get_or("name", cfg.name)),
+                    .job = job,
                     .ns = args.get_or("namespace", ""),
                     .image = *args.get("image"),
-                    .token = token};
+                    .token = token,
+                    .run_id = run_id};
   YAML::Emitter out;
   for (const ojson& doc : m.all()) {
     out << YAML::BeginDoc;

@@ -170,6 +170,28 @@ int submit_to_slurm(int argc, char** argv, const RunSettings& settings,
   return 0;
 }
 
+// A standby started beside its job (a Kubernetes pod, --run-id) waits for the job to start before
+// it campaigns: leading a job nobody has published would be leading nothing. etcd out of reach
+// for a while (starting too) is ridden out.
+void wait_for_job(store::EtcdStore& job, const std::string& where) {
+  bool said = false;
+  for (;;) {
+    try {
+      if (!said && !job.check({elastic::keys::kConfig})) {
+        std::printf("cohort: standby: waiting for the job at %s to start\n", where.c_str());
+        std::fflush(stdout);
+        said = true;
+      }
+      job.wait({elastic::keys::kConfig}, std::chrono::minutes(1));
+      return;
+    } catch (const TimeoutError&) {
+    } catch (const Error& e) {
+      spdlog::warn("standby: {} (trying again)", e.what());
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+  }
+}
+
 int usage(std::ostream& os, int code) {
   os << "usage: cohort run JOB.yaml [--set key=value]... [--run-dir DIR]\n"
         "       cohort run --resume RUN_DIR [--set key=value]...\n"
@@ -190,6 +212,8 @@ int usage(std::ostream& os, int code) {
         "         --resume RUN_DIR            go on with the job of RUN_DIR: re-adopt its workers\n"
         "                                     that still run, or else restart from its newest\n"
         "                                     checkpoint\n"
+        "         --run-id ID                 with coordinator.store: the job's keys go under\n"
+        "                                     PREFIX/ID (workers join etcd://.../PREFIX/ID)\n"
         "         --standby ADDRESS           a standby coordinator of the job whose store is at\n"
         "                                     ADDRESS (coordinator.store; what the workers join):\n"
         "                                     takes the job over when its coordinator is gone\n\n"
@@ -204,7 +228,7 @@ int run_main(int argc, char** argv) {
   if (python_script_at(argc, argv) > 0) return run_python_main(argc, argv);
   Args args(argc, argv,
             {"set", "run-dir", "resume", "bind", "port", "token-file", "launcher", "launcher-arg",
-             "standby"},
+             "standby", "run-id"},
             {"help", "external-workers"});
   if (args.has("help")) return usage(std::cout, 0);
   RunSettings settings;
@@ -223,12 +247,21 @@ int run_main(int argc, char** argv) {
       args.get_or("bind", settings.launcher == LauncherKind::Local ? "127.0.0.1" : "0.0.0.0");
   settings.port = static_cast<uint16_t>(args.get_int("port", 0));
   settings.token_file = args.get_or("token-file", "");
+  settings.run_id = args.get_or("run-id", "");
+  if (!settings.run_id.empty() &&
+      (settings.run_id.size() > 100 ||
+       settings.run_id.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                         "0123456789._-") != std::string::npos)) {
+    throw ConfigError("--run-id: '" + settings.run_id +
+                      "' is not a run id (letters, digits, '.', '_' and '-', at most 100)");
+  }
 
   if (!settings.standby.empty()) {
     // The job as its coordinator published it; the workers are its, started elsewhere.
     if (!store::is_etcd(settings.standby))
       throw ConfigError("--standby: " + settings.standby + " is not an etcd address");
     store::EtcdStore job(store::EtcdAddress::parse(settings.standby));
+    wait_for_job(job, settings.standby);
     settings.external = true;
     return run_job(
         train::parse_job_config(store::to_string(job.get(elastic::keys::kConfig)),
@@ -278,11 +311,16 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
   auto ms = [](double sec) { return std::chrono::milliseconds(static_cast<long>(sec * 1000)); };
   // An etcd-kept job's keys go under PREFIX/<run directory>-<start time>: a resumed run is a
   // new job there, and jobs never share keys.
+  if (!settings.run_id.empty() && cfg.coordinator.store.empty())
+    throw ConfigError("--run-id: only for a job whose coordinator.store is etcd");
   const std::string job_store =
       !settings.standby.empty() ? settings.standby
       : cfg.coordinator.store.empty()
           ? ""
-          : cfg.coordinator.store + "/" + run_dir.filename().string() + "-" + timestamp_for_dir();
+          : cfg.coordinator.store + "/" +
+                (settings.run_id.empty()
+                     ? run_dir.filename().string() + "-" + timestamp_for_dir()
+                     : settings.run_id);
   // Local workers with the embedded store outlive this process (readopt.h): its store keeps a
   // journal, and a coordinator started again with --resume re-adopts them.
   const bool readoptable = job_store.empty() && launcher == LauncherKind::Local && !python &&
@@ -338,7 +376,7 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
   if (readoptable) {
     CoordinatorRecord{.host = host_name(),
                       .pid = ::getpid(),
-                      .bind = settings.bind,
+                      .bind = previous ? previous->bind : settings.bind,
                       .port = coordinator.endpoint().port,
                       .token_file = token_file}
         .write(run_dir);

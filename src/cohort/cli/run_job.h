@@ -18,6 +18,9 @@ struct RunSettings {
   std::string token_file;
   bool external = false;  // workers are started elsewhere (cohort worker --join)
   std::string standby;    // the etcd address of a job to take over when its coordinator is gone
+  // Where under coordinator.store's prefix the job's keys go (empty: the run directory's name and
+  // the start time), so that workers started beforehand know what to join.
+  std::string run_id;
   LauncherKind launcher = LauncherKind::Local;  // what starts the workers (launchers.h)
   std::vector<std::string> launcher_args;       // the user's options for mpirun or sbatch
 };

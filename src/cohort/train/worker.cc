@@ -83,8 +83,9 @@ int run_worker(const WorkerOptions& options) {
     const auto coordinator_wait =
         std::chrono::milliseconds(static_cast<long>(cfg.elastic.coordinator_wait_s * 1000));
     reports = std::make_unique<elastic::JobReports>(
-        store::connect(options.join,
-                       {.token = options.token, .reconnect_timeout = std::chrono::seconds(1)}),
+        store::connect(options.join, {.token = options.token,
+                                      .timeout = std::chrono::seconds(10),
+                                      .reconnect_timeout = std::chrono::seconds(1)}),
         rank);
 
     // One flight recorder across membership epochs: the reporter answers for whichever
