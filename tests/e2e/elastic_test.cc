@@ -719,14 +719,16 @@ TEST(Elastic, WorkersWithoutACoordinatorGiveUpAfterTheirWait) {
   fs::remove_all(dir);
 }
 
-// The store in etcd and no standby: the coordinator SIGKILLed, its workers train on while nobody
-// leads the job, and exit once nobody has for elastic.coordinator_wait_s.
+// The store in etcd and no standby (coordinator.standby: none): the coordinator SIGKILLed, its
+// workers train on while nobody leads the job, and exit once nobody has for
+// elastic.coordinator_wait_s.
 TEST(Elastic, WorkersOfAnEtcdJobThatNobodyLeadsExitAfterTheirWait) {
   auto dir = fresh_dir("etcd-leaderless");
   cohort::store::testing::EtcdCluster etcd(1);
   Launcher run(dir, {"workers=2", "train.epochs=5", "checkpoint.every_steps=0",
                      "elastic.heartbeat_s=0.2", "elastic.failure_timeout_s=2",
-                     "elastic.coordinator_wait_s=3", "coordinator.store=" + etcd.url("jobs")});
+                     "elastic.coordinator_wait_s=3", "coordinator.store=" + etcd.url("jobs"),
+                     "coordinator.standby=none"});
   ASSERT_TRUE(run.wait_until([&] { return last_step(run.run()) >= 40; }, 180s)) << run.output();
   const pid_t p0 = run.worker_pid(0), p1 = run.worker_pid(1);
   ASSERT_EQ(kill(run.pid(), SIGKILL), 0);
@@ -739,6 +741,55 @@ TEST(Elastic, WorkersOfAnEtcdJobThatNobodyLeadsExitAfterTheirWait) {
   std::ifstream log(run.run() / "logs" / "rank-1.log");
   const std::string text((std::istreambuf_iterator<char>(log)), {});
   EXPECT_NE(text.find("no coordinator has led the job"), std::string::npos) << text;
+  fs::remove_all(dir);
+}
+
+// The store in etcd, no `cohort run --standby`: the coordinator SIGKILLed alone, one of its
+// workers starts a standby coordinator (coordinator.standby: workers, the default), which takes the
+// job over; the same workers finish it with nothing rolled back and every sample seen once.
+TEST(Elastic, AWorkerStartsAStandbyForAnEtcdJobThatLostItsCoordinator) {
+  auto dir = fresh_dir("etcd-worker-standby");
+  cohort::store::testing::EtcdCluster etcd(1);
+  Launcher run(dir, {"workers=2", "train.epochs=2", "train.seed=7", "checkpoint.every_steps=0",
+                     "elastic.heartbeat_s=0.2", "elastic.failure_timeout_s=2",
+                     "coordinator.store=" + etcd.url("jobs")});
+  ASSERT_TRUE(run.wait_until([&] { return last_step(run.run()) >= 40; }, 180s)) << run.output();
+  const pid_t p0 = run.worker_pid(0), p1 = run.worker_pid(1);
+  ASSERT_EQ(kill(run.pid(), SIGKILL), 0);
+  run.wait_exit(10s);
+  // The standby's run directory, once its summary is there.
+  fs::path standby;
+  ASSERT_TRUE(run.wait_until(
+      [&] {
+        std::error_code ec;
+        for (const auto& e : fs::directory_iterator(run.run(), ec)) {
+          if (e.path().filename().string().starts_with("standby-r") &&
+              fs::exists(e.path() / "summary.json")) {
+            standby = e.path();
+            return true;
+          }
+        }
+        return false;
+      },
+      300s))
+      << "no standby finished the job";
+  EXPECT_TRUE(run.wait_until([&] { return ended(p0) && ended(p1); }, 30s));
+  const json summary = read_json(standby / "summary.json");
+  EXPECT_EQ(summary["status"], "completed") << summary.dump(2);
+  EXPECT_NE(summary.value("took_over_from", "").find("pid " + std::to_string(run.pid())),
+            std::string::npos)
+      << summary.dump(2);
+  EXPECT_EQ(summary["workers_lost"], 0) << summary.dump(2);
+  EXPECT_EQ(summary["steps_rolled_back"], 0) << summary.dump(2);
+  std::set<pid_t> pids;
+  for (const auto& r : summary["per_rank"]) pids.insert(r.value("pid", 0));
+  EXPECT_EQ(pids, (std::set<pid_t>{p0, p1})) << summary.dump(2);
+  expect_every_sample_once(summary, 2);
+  // Exactly one worker started one.
+  int standbys = 0;
+  for (const auto& e : fs::directory_iterator(run.run()))
+    standbys += e.path().filename().string().starts_with("standby-r");
+  EXPECT_EQ(standbys, 1);
   fs::remove_all(dir);
 }
 

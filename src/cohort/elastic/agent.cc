@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <filesystem>
 
 #include "cohort/elastic/job_protocol.h"
 #include "cohort/elastic/leadership.h"
@@ -108,6 +110,48 @@ void WorkerAgent::heartbeat_loop() {
   }
 }
 
+void WorkerAgent::stand_by(store::Store& store) {
+  if (standby_ && standby_->poll()) standby_.reset();  // one that ended is reaped
+  if (options_.standby_dir.empty() || standby_) return;
+  const auto now = Clock::now();
+  if (!leaderless_since_) leaderless_since_ = now;
+  // A coordinator started with --standby takes the lead within moments of the lease's end.
+  if (now - *leaderless_since_ < std::max<Millis>(2 * options_.heartbeat, Millis(1000))) return;
+  const std::string who = "rank " + std::to_string(options_.rank);
+  try {
+    const store::Bytes was =
+        store.check({keys::kStandbyClaim}) ? store.get(keys::kStandbyClaim) : store::Bytes{};
+    if (!was.empty()) {
+      // Claimed by a worker whose standby has not led yet: its turn, unless it is long past.
+      const json claim = json::parse(to_string(was), nullptr, /*allow_exceptions=*/false);
+      const double at = claim.is_object() ? claim.value("time", 0.0) : 0.0;
+      const double patience = std::max(10.0, 10 * std::chrono::duration<double>(
+                                                       options_.heartbeat).count());
+      if (wall_seconds() - at < patience) return;
+    }
+    const store::Bytes mine =
+        to_bytes(json{{"rank", options_.rank}, {"time", wall_seconds()}}.dump());
+    if (store.compare_set(keys::kStandbyClaim, was, mine) != mine) return;
+    char stamp[32];
+    std::snprintf(stamp, sizeof(stamp), "%.0f", wall_seconds());
+    const std::string dir = options_.standby_dir + "/standby-r" + std::to_string(options_.rank) +
+                            "-" + stamp;
+    std::filesystem::create_directories(dir);
+    standby_ = ChildProcess::spawn({.executable = self_executable(),
+                                    .args = {"run", "--standby", options_.store, "--run-dir", dir},
+                                    .stdout_path = dir + "/standby.out",
+                                    .stderr_path = dir + "/standby.out",
+                                    .die_with_parent = false});
+    spdlog::warn("{}: the job has had no coordinator for {} ms and no standby took it over: "
+                 "started one (pid {}, run directory {})",
+                 who,
+                 std::chrono::duration_cast<Millis>(Clock::now() - *leaderless_since_).count(),
+                 standby_->pid(), dir);
+  } catch (const std::exception& e) {
+    spdlog::warn("{}: could not start a standby coordinator: {}", who, e.what());
+  }
+}
+
 void WorkerAgent::beat(store::Store& store, Clock::time_point& next_beat) {
   const std::string who = "rank " + std::to_string(options_.rank);
   if (Clock::now() >= next_beat) {
@@ -125,8 +169,12 @@ void WorkerAgent::beat(store::Store& store, Clock::time_point& next_beat) {
       fence(who + ": the job ended (" + status + "), and this worker leaves it");
       return;
     }
-    if (!store::is_etcd(options_.store) || store.check({Leadership::kKey}))
+    if (!store::is_etcd(options_.store) || store.check({Leadership::kKey})) {
       coordinator_seen_ = Clock::now().time_since_epoch().count();
+      leaderless_since_.reset();
+    } else {
+      stand_by(store);
+    }
     next_beat = Clock::now() + options_.heartbeat;
   }
   const int epoch = connected_epoch_.load();

@@ -23,6 +23,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -31,6 +32,7 @@
 #include "cohort/base/clock.h"
 #include "cohort/base/error.h"
 #include "cohort/comm/communicator.h"
+#include "cohort/elastic/process.h"
 #include "cohort/net/socket.h"
 #include "cohort/store/store.h"
 
@@ -60,6 +62,11 @@ struct AgentOptions {
   std::chrono::milliseconds join_timeout{60000};
   // No coordinator seen for this long: the worker is cut off and fences itself (0: never).
   std::chrono::milliseconds coordinator_wait{0};
+  // With an etcd store: this worker stands by. When the job has had no coordinator for a second
+  // or two (its lease ran out and no `cohort run --standby` took the lead), one worker — the one
+  // whose claim on job/standby_claim goes through — starts `cohort run --standby` with its run
+  // directory standby-r<rank>-<time> inside this one. Empty: it does not.
+  std::string standby_dir;
   // Template of every epoch's communicator (rank, size and store_prefix are filled in).
   comm::CommConfig comm;
 };
@@ -116,6 +123,9 @@ class WorkerAgent {
   // the job declared this worker lost, or ended), then a watch for the next epoch's request.
   void beat(store::Store& store, Clock::time_point& next_beat);
   void fence(const std::string& why);
+  // The heartbeat thread, when the job has no coordinator (etcd): starts a standby if it is this
+  // worker's turn (AgentOptions::standby_dir).
+  void stand_by(store::Store& store);
 
   store::Store& store_;
   AgentOptions options_;
@@ -127,6 +137,10 @@ class WorkerAgent {
 
   std::mutex comm_mu_;  // guards comm_ against the heartbeat thread's abort
   std::shared_ptr<comm::Communicator> comm_;
+
+  // The heartbeat thread's: since when the job has had no coordinator, and the standby started.
+  std::optional<Clock::time_point> leaderless_since_;
+  std::optional<ChildProcess> standby_;
 
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

@@ -39,9 +39,9 @@ Coordinator::Coordinator(const CoordinatorOptions& options) : options_(options) 
     // Its reads follow a check that the key is there: one that waits long is a key another
     // coordinator took (after this one lost the lead), not one to wait for.
     client_ = store::connect(options.store, {.timeout = options.membership.failure_timeout});
+    const std::string me = host_name() + " pid " + std::to_string(::getpid());
     leadership_ = std::make_unique<Leadership>(store::EtcdAddress::parse(options.store),
-                                               options.membership.failure_timeout,
-                                               host_name() + " pid " + std::to_string(::getpid()));
+                                               options.membership.failure_timeout, me);
     if (options.standby) {
       leadership_->wait_to_lead([&](const std::string& leader) {
         took_over_from_ = leader.empty() ? "?" : leader;
@@ -50,6 +50,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options) : options_(options) 
       });
       fence();
       adopt();
+      if (!job_ended_) client_->set(keys::kLeader, to_bytes(me));
       return;
     }
     if (client_->check({keys::kConfig}))
@@ -58,6 +59,7 @@ Coordinator::Coordinator(const CoordinatorOptions& options) : options_(options) 
       throw Error("another coordinator leads the job at " + options.store + ": " +
                   leadership_->leader());
     fence();
+    client_->set(keys::kLeader, to_bytes(me));
   } else {
     if (!options.readopt && !options.journal.empty()) std::filesystem::remove(options.journal);
     server_ = std::make_unique<store::StoreServer>(
@@ -92,7 +94,10 @@ void Coordinator::adopt() {
     job_ended_ = true;  // its coordinator ended it and removed its keys
     return;
   }
-  if (took_over_from_.empty()) took_over_from_ = "?";  // it was gone before this one looked
+  // Gone before this one looked: the leader it recorded.
+  if (took_over_from_.empty() && client_->check({keys::kLeader}))
+    took_over_from_ = to_string(client_->get(keys::kLeader));
+  if (took_over_from_.empty()) took_over_from_ = "?";
   try {
     adopt_state();
   } catch (const json::exception& e) {
@@ -102,6 +107,8 @@ void Coordinator::adopt() {
     throw ProtocolError("the job's state in " + options_.store + " is not what a coordinator " +
                         "writes: " + e.what());
   }
+  // A worker's claim to start a standby is spent: the next loss may be claimed again.
+  client_->delete_key(keys::kStandbyClaim);
   for (int m : members_) adopted_beats_[m] = client_->add(keys::heartbeat(m), 0);
   spdlog::info("took over the job from {}: membership epoch {}, {} members, {} lost",
                took_over_from_, epoch_, members_.size(), lost_.size());

@@ -103,6 +103,12 @@ inline std::string lost(int rank) {
 // and what its recoveries added up to (RecoveryStats as JSON): for a coordinator that takes over.
 inline const std::string kCursors = "job/coordinator_cursors";
 inline const std::string kRecoveryStats = "job/recovery_stats";
+// A worker that starts a standby coordinator for a job without one ({"rank", "time"}); the
+// coordinator that takes the job over removes it.
+inline const std::string kStandbyClaim = "job/standby_claim";
+// The coordinator that leads (or last led) the job, "<host> pid <pid>" (an etcd store: the lease's
+// key job/coordinator goes with its lease, this one stays for its successor to name it).
+inline const std::string kLeader = "job/leader";
 // Joiner <rank> waits to be admitted.
 inline std::string waiting(int rank) {
   return "job/waiting/" + std::to_string(rank);

@@ -45,7 +45,7 @@ const Schema& schema() {
        {"min_workers", "max_workers", "heartbeat_s", "failure_timeout_s", "max_restarts",
         "snapshot_every_steps", "join_timeout_s", "coordinator_wait_s"}},
       {"dashboard", {"enabled", "bind", "port"}},
-      {"coordinator", {"store"}},
+      {"coordinator", {"store", "standby"}},
       {"faults[]", {"kind", "rank", "at_step", "seconds", "factor", "every"}},
       {"debug",
        {"check_collectives", "check_params_every", "hang_timeout_s", "flight_recorder_entries",
@@ -447,6 +447,9 @@ JobConfig read_job(const YamlReader& r, const LoadOptions& opt) {
       r.fail("coordinator.store", YamlReader::child(coord, "coordinator.store"), e.what());
     }
     c.coordinator.store = *s;
+  }
+  if (auto s = r.get_choice(coord, "coordinator.standby", {"workers", "none"})) {
+    c.coordinator.standby = *s;
   }
   read_faults(r, root, c.workers, c.faults);
   read_debug(r, root, c.debug);

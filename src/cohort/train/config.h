@@ -182,6 +182,9 @@ struct DashboardConfig {
 // (each run under PREFIX/<run directory's name>).
 struct CoordinatorConfig {
   std::string store;
+  // With an etcd store, who stands by to take the job over when its coordinator dies and no
+  // `cohort run --standby` does: "workers" (one of them starts a standby coordinator) or "none".
+  std::string standby = "workers";
   bool operator==(const CoordinatorConfig&) const = default;
 };
 

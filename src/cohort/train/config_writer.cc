@@ -134,9 +134,11 @@ std::string to_yaml(const JobConfig& c) {
     out << YAML::Key << "port" << YAML::Value << c.dashboard.port;
     out << YAML::EndMap;
   }
-  if (!c.coordinator.store.empty()) {
+  if (c.coordinator != CoordinatorConfig{}) {
     out << YAML::Key << "coordinator" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "store" << YAML::Value << c.coordinator.store;
+    if (!c.coordinator.store.empty())
+      out << YAML::Key << "store" << YAML::Value << c.coordinator.store;
+    out << YAML::Key << "standby" << YAML::Value << c.coordinator.standby;
     out << YAML::EndMap;
   }
   out << YAML::Key << "faults" << YAML::Value << YAML::BeginSeq;

@@ -97,6 +97,7 @@ int run_worker(const WorkerOptions& options) {
     reporter = std::make_unique<trace::FlightReporter>(
         std::move(reporter_store), elastic::keys::kDebugPrefix, *recorder, rank);
     auto ms = [](double s) { return std::chrono::milliseconds(static_cast<long>(s * 1000)); };
+    const std::string run_dir = to_string(store->get(elastic::keys::kRunDir));
     elastic::WorkerAgent agent(
         *store, {.store = options.join,
                  .token = options.token,
@@ -105,6 +106,9 @@ int run_worker(const WorkerOptions& options) {
                  // At least as long as the coordinator waits for the survivors and for joiners.
                  .join_timeout = ms(cfg.elastic.join_timeout_s + 2 * cfg.elastic.failure_timeout_s),
                  .coordinator_wait = coordinator_wait,
+                 .standby_dir = store::is_etcd(options.join) && cfg.coordinator.standby == "workers"
+                                    ? run_dir
+                                    : "",
                  .comm = {.token = options.token,
                           .bind_host = options.bind_host,
                           .timeout = ms(cfg.comm.timeout_s),
@@ -116,7 +120,7 @@ int run_worker(const WorkerOptions& options) {
     TrainerContext ctx{
         .config = cfg,
         .agent = agent,
-        .run_dir = to_string(store->get(elastic::keys::kRunDir)),
+        .run_dir = run_dir,
         .resume_from = to_string(store->get(elastic::keys::kResume)),
         // Rank 0 of any membership epoch reports; the counter keeps the records in order.
         .report_progress = [&](const json& record) { reports->progress(record); },
