@@ -173,17 +173,24 @@ int submit_to_slurm(int argc, char** argv, const RunSettings& settings,
 // A standby started beside its job (a Kubernetes pod, --run-id) waits for the job to start before
 // it campaigns: leading a job nobody has published would be leading nothing. etcd out of reach
 // for a while (starting too) is ridden out.
-void wait_for_job(store::EtcdStore& job, const std::string& where) {
+// Whether the job started within `limit` seconds (negative: no limit).
+bool wait_for_job(store::EtcdStore& job, const std::string& where, long limit) {
+  const auto deadline = Clock::now() + std::chrono::seconds(std::max(limit, 0L));
   bool said = false;
   for (;;) {
     try {
-      if (!said && !job.check({elastic::keys::kConfig})) {
+      if (job.check({elastic::keys::kConfig})) return true;
+      if (limit >= 0 && Clock::now() >= deadline) return false;
+      if (!said) {
         std::printf("cohort: standby: waiting for the job at %s to start\n", where.c_str());
         std::fflush(stdout);
         said = true;
       }
-      job.wait({elastic::keys::kConfig}, std::chrono::minutes(1));
-      return;
+      job.wait({elastic::keys::kConfig},
+               limit >= 0 ? std::max(std::chrono::duration_cast<Millis>(deadline - Clock::now()),
+                                     Millis(1))
+                          : Millis(60000));
+      return true;
     } catch (const TimeoutError&) {
     } catch (const Error& e) {
       spdlog::warn("standby: {} (trying again)", e.what());
@@ -216,7 +223,9 @@ int usage(std::ostream& os, int code) {
         "                                     PREFIX/ID (workers join etcd://.../PREFIX/ID)\n"
         "         --standby ADDRESS           a standby coordinator of the job whose store is at\n"
         "                                     ADDRESS (coordinator.store; what the workers join):\n"
-        "                                     takes the job over when its coordinator is gone\n\n"
+        "                                     takes the job over when its coordinator is gone\n"
+        "         --standby-wait S            how long a standby waits for its job to start, in\n"
+        "                                     seconds (default: as long as it takes)\n\n"
         "Runs a training job: a coordinator in this process and one worker process per worker.\n"
         "Ctrl-C stops the job cleanly.\n";
   return code;
@@ -228,7 +237,7 @@ int run_main(int argc, char** argv) {
   if (python_script_at(argc, argv) > 0) return run_python_main(argc, argv);
   Args args(argc, argv,
             {"set", "run-dir", "resume", "bind", "port", "token-file", "launcher", "launcher-arg",
-             "standby", "run-id"},
+             "standby", "standby-wait", "run-id"},
             {"help", "external-workers"});
   if (args.has("help")) return usage(std::cout, 0);
   RunSettings settings;
@@ -261,7 +270,11 @@ int run_main(int argc, char** argv) {
     if (!store::is_etcd(settings.standby))
       throw ConfigError("--standby: " + settings.standby + " is not an etcd address");
     store::EtcdStore job(store::EtcdAddress::parse(settings.standby));
-    wait_for_job(job, settings.standby);
+    if (!wait_for_job(job, settings.standby, args.get_int("standby-wait", -1))) {
+      std::printf("cohort: standby: no job at %s: nothing to take over\n",
+                  settings.standby.c_str());
+      return 0;
+    }
     settings.external = true;
     return run_job(
         train::parse_job_config(store::to_string(job.get(elastic::keys::kConfig)),
@@ -746,8 +759,11 @@ int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
   summary["restarts"] = restarts;
   summary["membership_epoch"] = coordinator.epoch();
   if (servers) summary["servers"] = servers->summary();
-  if (!coordinator.took_over_from().empty())
+  if (!coordinator.took_over_from().empty()) {
     summary["took_over_from"] = coordinator.took_over_from();
+    if (coordinator.takeover_seconds() >= 0)
+      summary["coordinator_takeover_seconds"] = coordinator.takeover_seconds();
+  }
   summary["exits"] = exits;
   summary["status"] = status;
   if (!error.empty()) summary["error"] = error;

@@ -119,6 +119,11 @@ void WorkerAgent::stand_by(store::Store& store) {
   if (now - *leaderless_since_ < std::max<Millis>(2 * options_.heartbeat, Millis(1000))) return;
   const std::string who = "rank " + std::to_string(options_.rank);
   try {
+    // The job's keys are gone: it ended (its coordinator removed them), nothing to stand by for.
+    if (!store.check({keys::kConfig})) {
+      fence(who + ": the job's keys are gone from " + options_.store + ": it ended");
+      return;
+    }
     const store::Bytes was =
         store.check({keys::kStandbyClaim}) ? store.get(keys::kStandbyClaim) : store::Bytes{};
     if (!was.empty()) {
@@ -138,7 +143,9 @@ void WorkerAgent::stand_by(store::Store& store) {
                             "-" + stamp;
     std::filesystem::create_directories(dir);
     standby_ = ChildProcess::spawn({.executable = self_executable(),
-                                    .args = {"run", "--standby", options_.store, "--run-dir", dir},
+                                    // The job may end before it looks: then it leaves at once.
+                                    .args = {"run", "--standby", options_.store, "--standby-wait",
+                                             "0", "--run-dir", dir},
                                     .stdout_path = dir + "/standby.out",
                                     .stderr_path = dir + "/standby.out",
                                     .die_with_parent = false});
@@ -245,6 +252,17 @@ void WorkerAgent::post(const std::string& key, const store::Bytes& value) {
     }
     std::unique_lock lk(stop_mu_);
     stop_cv_.wait_for(lk, options_.heartbeat, [&] { return stop_; });
+  }
+}
+
+void WorkerAgent::wait_for_a_coordinator(Millis limit) {
+  const auto deadline = Clock::now() + limit;
+  bool said = false;
+  std::unique_lock lk(stop_mu_);
+  while (coordinator_away() && !cut_off_.load() && !stop_ && Clock::now() < deadline) {
+    if (!said) spdlog::info("finished while the job has no coordinator: waiting for one");
+    said = true;
+    stop_cv_.wait_for(lk, options_.heartbeat);
   }
 }
 

@@ -112,6 +112,10 @@ class WorkerAgent {
   // Writes `key` to the job's store, waiting through the coordinator's absence: it retries until
   // the write goes through or this worker is cut off (then ExcludedError).
   void post(const std::string& key, const store::Bytes& value);
+  // A worker that finished while the job has no coordinator (etcd: its lease ran out) stays, up
+  // to `limit`, until one leads again to collect the summaries — a standby this worker may start
+  // itself (standby_dir).
+  void wait_for_a_coordinator(Millis limit);
   // Rank 0 of an epoch after a failure: the first step there is done (for recovery_seconds).
   void report_recovered(const Membership& m, const nlohmann::json& info);
 

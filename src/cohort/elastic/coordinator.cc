@@ -107,6 +107,14 @@ void Coordinator::adopt() {
     throw ProtocolError("the job's state in " + options_.store + " is not what a coordinator " +
                         "writes: " + e.what());
   }
+  if (client_->check({keys::kLeaderSeen})) {
+    try {
+      takeover_seconds_ =
+          std::max(0.0, wall_seconds() - std::stod(to_string(client_->get(keys::kLeaderSeen))));
+    } catch (const std::exception&) {
+      // Unreadable: the takeover goes unmeasured.
+    }
+  }
   // A worker's claim to start a standby is spent: the next loss may be claimed again.
   client_->delete_key(keys::kStandbyClaim);
   for (int m : members_) adopted_beats_[m] = client_->add(keys::heartbeat(m), 0);
@@ -564,6 +572,11 @@ std::vector<json> Coordinator::tick() {
   if (!leads()) return events;
   events.swap(pending_events_);
   if (abandoned_) return events;
+  if (keeps_state() && Clock::now() >= next_sign_of_life_) {
+    client_->set(keys::kLeaderSeen, to_bytes(std::to_string(wall_seconds())));
+    next_sign_of_life_ =
+        Clock::now() + std::max<Millis>(options_.membership.failure_timeout / 4, Millis(250));
+  }
   learn_joins();
   check_heartbeats(events);
   if (!change_) {

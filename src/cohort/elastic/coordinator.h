@@ -93,6 +93,9 @@ class Coordinator {
   // and whether the job had ended before it could (then there is nothing to coordinate).
   const std::string& took_over_from() const { return took_over_from_; }
   bool job_ended() const { return job_ended_; }
+  // A coordinator that took a job over: seconds from its predecessor's last sign of life (a write
+  // it makes a few times per failure_timeout) to this one leading; -1 otherwise.
+  double takeover_seconds() const { return takeover_seconds_; }
   // Whether this coordinator still leads the job (always, with the embedded store). One that lost
   // the lead (its etcd lease expired) must leave the job, its workers and its keys alone.
   bool leads() const;
@@ -192,6 +195,8 @@ class Coordinator {
   std::map<int, Worker> workers_;
   int known_ranks_ = 0;  // ranks [0, known_ranks_) may exist
   std::map<int, int64_t> adopted_beats_;  // each member's heartbeat count when taken over
+  double takeover_seconds_ = -1;
+  Clock::time_point next_sign_of_life_{};  // when to write job/leader_seen next
   int epoch_ = 0;
   std::vector<int> members_;
   std::set<int> lost_;

@@ -109,6 +109,9 @@ inline const std::string kStandbyClaim = "job/standby_claim";
 // The coordinator that leads (or last led) the job, "<host> pid <pid>" (an etcd store: the lease's
 // key job/coordinator goes with its lease, this one stays for its successor to name it).
 inline const std::string kLeader = "job/leader";
+// The wall-clock time (seconds) the leading coordinator last wrote, a few times per
+// elastic.failure_timeout_s: how long its successor's job was without one (coordinator_takeover_seconds).
+inline const std::string kLeaderSeen = "job/leader_seen";
 // Joiner <rank> waits to be admitted.
 inline std::string waiting(int rank) {
   return "job/waiting/" + std::to_string(rank);

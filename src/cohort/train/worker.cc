@@ -140,6 +140,7 @@ int run_worker(const WorkerOptions& options) {
     if (!reports->flush(coordinator_wait))
       spdlog::warn("progress records not sent within elastic.coordinator_wait_s");
     agent.post(elastic::keys::summary(rank), to_bytes(summary.dump()));
+    agent.wait_for_a_coordinator(coordinator_wait);
     spdlog::info("finished: {} steps, test accuracy {:.4f}", summary.value("steps", 0L),
                  summary.value("test_accuracy", 0.0));
     return 0;
