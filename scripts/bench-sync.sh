@@ -24,7 +24,8 @@
 # Environment: BENCH_ARMS ("cohort:allreduce cohort:local_sgd pytorch:ddp
 # pytorch:post_local_sgd"; a Cohort arm may end in +balance for sync.balance: auto, an async or
 # ssp arm in +inverse (sync.lr_scale: inverse_staleness) or +dc (sync.delay_compensation:
-# BENCH_DC, 0.04)) or +nofresh (sync.fresh_wait: 0: only the staleness bound waits), BENCH_SERVERS (4), BENCH_STALENESS (3), BENCH_RATE (100mbit), BENCH_WORKERS (4), BENCH_BATCH (16), BENCH_LR
+# BENCH_DC, 0.04)) or +nofresh (sync.fresh_wait: 0: only the staleness bound waits) and/or +nomw
+# (sync.read_my_writes: false), e.g. cohort:ssp+nofresh+nomw, BENCH_SERVERS (4), BENCH_STALENESS (3), BENCH_RATE (100mbit), BENCH_WORKERS (4), BENCH_BATCH (16), BENCH_LR
 # (0.025), BENCH_PERIOD (8), BENCH_WARMUP (local SGD's synchronous steps, 0), BENCH_TARGET
 # (0.85), BENCH_EVAL_EVERY (48), BENCH_EPOCHS (2), BENCH_CAP_S (900), BENCH_BUILD_DIR
 # (build/release), BENCH_OUTPUT (BENCHMARKS.md), BENCH_SKIP_BUILD=1, BENCH_KEEP=1 (keep earlier
@@ -167,7 +168,7 @@ print(json.dumps({
 PY
 }
 
-run_cohort() {  # MODE[+balance|+inverse|+dc|+nofresh]
+run_cohort() {  # MODE[+balance|+inverse|+dc|+nofresh|+nomw...]
   local arm=$1 mode=${1%%+*} dir=$OUT/cohort-$1 coord r pids=() before load quiet sets=()
   local servers=0
   rm -rf "$dir" && mkdir -p "$dir"
@@ -183,7 +184,8 @@ run_cohort() {  # MODE[+balance|+inverse|+dc|+nofresh]
   [[ $arm != *+balance ]] || sets+=(--set sync.balance=auto)
   [[ $arm != *+inverse ]] || sets+=(--set sync.lr_scale=inverse_staleness)
   [[ $arm != *+dc ]] || sets+=(--set sync.delay_compensation="$DC")
-  [[ $arm != *+nofresh ]] || sets+=(--set sync.fresh_wait=0)
+  [[ $arm != *+nofresh* ]] || sets+=(--set sync.fresh_wait=0)
+  [[ $arm != *+nomw* ]] || sets+=(--set sync.read_my_writes=false)
   [[ -z $FAULTS ]] || sets+=(--set "faults=$FAULTS")
   wait_quiet "cohort $arm"
   IFS=$'\t' read -r _ load _ quiet < <(tail -n 1 "$QUIET_LOG")
@@ -255,6 +257,8 @@ names = {"cohort:allreduce": "Cohort allreduce", "cohort:allreduce+balance":
          "cohort:local_sgd+balance": "Cohort local_sgd, balance: auto",
          "cohort:ssp": "Cohort ssp", "cohort:ssp+inverse": "Cohort ssp, inverse_staleness",
          "cohort:ssp+nofresh": "Cohort ssp, fresh_wait 0",
+         "cohort:ssp+nomw": "Cohort ssp, read_my_writes false",
+         "cohort:ssp+nofresh+nomw": "Cohort ssp, fresh_wait 0, read_my_writes false",
          "cohort:ssp+dc": "Cohort ssp, delay compensation", "cohort:async": "Cohort async",
          "cohort:async+inverse": "Cohort async, inverse_staleness",
          "cohort:async+dc": "Cohort async, delay compensation",
@@ -286,7 +290,9 @@ lines = [BEGIN, title, "",
          "ssp and async: %s parameter servers, each in a namespace of its own with a link at the "
          "workers' rate, staleness bound %s for ssp (a push's answer also waits up to 0.5 of the "
          "worker's step for that step to be complete, `sync.fresh_wait`, unless the arm says "
-         "fresh_wait 0); their rank 0 evaluates while the others "
+         "fresh_wait 0, and a worker adds to what it pulls its own steps the servers have not "
+         "applied yet, `sync.read_my_writes`, unless the arm says read_my_writes false); their "
+         "rank 0 evaluates while the others "
          "wait (that wait is not training time); *staleness* = how many steps the parameters of "
          "a step lagged it (its step minus the slowest worker's), mean over steps and ranks / "
          "max." % (every, epochs, cap, target, os.environ.get("BENCH_SERVERS", "4"),

@@ -194,9 +194,9 @@ TEST(JobConfig, ElasticKeys) {
   EXPECT_EQ(c.elastic.failure_timeout_s, 1.0);
   EXPECT_EQ(d.elastic.coordinator_wait_s, 300.0);
   // Never shorter than the failure timeout unless the job file says so (which is an error).
-  EXPECT_EQ(parse_job_config("elastic: {failure_timeout_s: 600}", "job.yaml")
-                .elastic.coordinator_wait_s,
-            600.0);
+  EXPECT_EQ(
+      parse_job_config("elastic: {failure_timeout_s: 600}", "job.yaml").elastic.coordinator_wait_s,
+      600.0);
 }
 
 TEST(JobConfigErrors, ElasticLimits) {
@@ -641,8 +641,12 @@ TEST(JobConfigSync, ParameterServerModes) {
   EXPECT_EQ(c.sync.mode, SyncKind::Ssp);
   EXPECT_EQ(c.sync.staleness, 2);
   EXPECT_DOUBLE_EQ(c.sync.fresh_wait, 0.25);
+  EXPECT_TRUE(c.sync.read_my_writes);  // the default
   EXPECT_EQ(c.parameter_servers, 3);
   EXPECT_TRUE(c.sync.uses_servers());
+  EXPECT_EQ(parse_job_config(to_yaml(c), "j"), c);
+  c = parse_job_config("parameter_servers: 2\nsync: {mode: ssp, read_my_writes: false}\n", "j");
+  EXPECT_FALSE(c.sync.read_my_writes);
   EXPECT_EQ(parse_job_config(to_yaml(c), "j"), c);
   c = parse_job_config("parameter_servers: 1\nsync: {mode: async, lr_scale: inverse_staleness}\n",
                        "j");
@@ -689,6 +693,14 @@ TEST(JobConfigSync, ParameterServerErrorsNameTheKey) {
   EXPECT_EQ(error_of("parameter_servers: 2\nsync: {mode: async, fresh_wait: 0.1}"),
             "job.yaml:2:33: sync.fresh_wait: does not apply when sync.mode is async (it never "
             "waits)");
+  EXPECT_EQ(error_of("parameter_servers: 2\nsync: {mode: async, read_my_writes: true}"),
+            "job.yaml:2:37: sync.read_my_writes: does not apply when sync.mode is async (a push "
+            "is applied before its pull is answered)");
+  EXPECT_EQ(error_of("parameter_servers: 2\nsync: {mode: ssp, read_my_writes: 2}"),
+            "job.yaml:2:35: sync.read_my_writes: expected true or false, got 2");
+  EXPECT_EQ(error_of("sync: {read_my_writes: false}"),
+            "job.yaml:1:24: sync.read_my_writes: does not apply when sync.mode is allreduce (only "
+            "to ssp)");
 }
 
 TEST(YamlReader, EditDistanceAndClosestMatch) {

@@ -49,6 +49,17 @@ TEST(ServerModes, SspWithZeroStalenessGivesTheParametersOfAllReduce) {
   EXPECT_EQ(s["per_rank"][0]["sync_mode"], "ssp");
   EXPECT_EQ(s["per_rank"][0]["staleness"]["max"], 0) << s.dump(2);
   EXPECT_EQ(s["servers"]["parameter_servers"], 2) << s.dump(2);
+  // s = 0 never lacks an own clock; s = 3 trained on its own steps wherever a pull lacked them.
+  const json s3 = read_json(ssp3 / "summary.json");
+  int64_t stale = 0, added = 0;
+  for (const json& r : s3["per_rank"]) {
+    stale = std::max<int64_t>(stale, r["staleness"]["max"]);
+    added += r["own_steps_added"].get<int64_t>();
+  }
+  if (stale > 0) {
+    EXPECT_GT(added, 0) << s3.dump(2);
+  }
+  for (const json& r : s["per_rank"]) EXPECT_EQ(r["own_steps_added"], 0);
   // The checkpoint holds the servers' state (their optimizer's momentum), for a resume.
   EXPECT_FALSE(b.extras.sync_state.empty());
   for (const auto& d : {sync, ssp0, ssp3}) fs::remove_all(d);

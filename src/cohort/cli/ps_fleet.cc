@@ -9,6 +9,7 @@
 #include "cohort/cli/job_files.h"
 #include "cohort/ps/client.h"
 #include "cohort/store/connect.h"
+#include "cohort/train/server_settings.h"
 
 using nlohmann::json;
 
@@ -22,19 +23,12 @@ std::chrono::milliseconds ms(double seconds) {
 }  // namespace
 
 ps::ServerSettings server_settings(const train::JobConfig& cfg) {
-  const train::OptimizerConfig& o = cfg.train.optimizer;
   ps::ServerSettings s;
   s.servers = static_cast<int>(cfg.parameter_servers);
   s.shard.slots = static_cast<int>(cfg.workers);
   s.shard.consistency =
       cfg.sync.mode == train::SyncKind::Async ? ps::Consistency::Async : ps::Consistency::Ssp;
-  s.shard.optimizer = {.kind = o.name == train::OptimizerKind::Adam ? ps::OptimizerKind::Adam
-                                                                    : ps::OptimizerKind::Sgd,
-                       .momentum = o.name == train::OptimizerKind::Sgd ? o.momentum : 0.0,
-                       .weight_decay = o.weight_decay,
-                       .beta1 = o.betas[0],
-                       .beta2 = o.betas[1],
-                       .eps = o.eps};
+  s.shard.optimizer = train::server_optimizer(cfg);
   if (cfg.sync.delay_compensation > 0) {
     s.shard.correction = ps::Correction::DelayCompensation;
     s.shard.dc_lambda = cfg.sync.delay_compensation;

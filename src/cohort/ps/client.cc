@@ -292,6 +292,7 @@ std::shared_ptr<comm::Work> Client::transfer(const char* what, std::span<const u
     std::vector<Response> answers =
         exchange(std::move(requests), what, Deadline::after(options_.timeout));
     PullInfo seen{.version = INT64_MAX, .min_clock = INT64_MAX};
+    seen.versions.assign(static_cast<size_t>(servers), -1);
     for (int s = 0; s < servers; ++s) {
       if (answers[s].id == 0) continue;
       const Response& r = answers[s];
@@ -302,6 +303,7 @@ std::shared_ptr<comm::Work> Client::transfer(const char* what, std::span<const u
       seen.held = std::max(seen.held, std::chrono::microseconds(r.held_us));
       seen.reached &= r.reached;
       if (!pull || pieces[s].empty()) continue;
+      seen.versions[static_cast<size_t>(s)] = r.version;
       uint64_t want = 0;
       for (const auto& p : pieces[s]) want += p.range.count;
       if (r.body.size() != want * sizeof(float)) {

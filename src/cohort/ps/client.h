@@ -65,6 +65,8 @@ struct PullInfo {
   // the shards.
   std::chrono::microseconds held{0};
   bool reached = true;  // every shard reached min_version and min_clock
+  // Each shard's version when it answered a pull (by server index; -1: it sent no parameters).
+  std::vector<int64_t> versions;
 };
 
 class Client {

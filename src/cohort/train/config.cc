@@ -38,7 +38,7 @@ const Schema& schema() {
       {"comm.powersgd", {"rank", "warmup_steps"}},
       {"sync",
        {"mode", "balance", "period", "warmup_steps", "outer_optimizer", "staleness", "fresh_wait",
-        "lr_scale", "delay_compensation"}},
+        "read_my_writes", "lr_scale", "delay_compensation"}},
       {"sync.outer_optimizer", {"name", "lr", "momentum"}},
       {"checkpoint", {"every_steps", "keep"}},
       {"elastic",

@@ -139,6 +139,10 @@ struct SyncConfig {
   // pushed to be applied (every worker's push of it), so that without a straggler its next step
   // uses the newest parameters; 0: only the staleness bound waits.
   double fresh_wait = 0.5;
+  // ssp: a worker sees its own pushes at once (SSP's read-my-writes): to the parameters it pulls
+  // it adds the optimizer steps it predicts for its own clocks that a shard has not applied yet
+  // (ps/own_updates.h); false: it trains on the parameters as pulled.
+  bool read_my_writes = true;
   LrScale lr_scale = LrScale::None;
   double delay_compensation = 0;
   bool uses_servers() const { return mode == SyncKind::Ssp || mode == SyncKind::Async; }

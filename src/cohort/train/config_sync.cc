@@ -53,9 +53,12 @@ void read_servers(const YamlReader& r, const YAML::Node& root, const YAML::Node&
                               "a number in [0, 1] (a share of a step's time; 0: off)")) {
       s.fresh_wait = *v;
     }
+    if (auto v = r.get_bool(m, "sync.read_my_writes")) s.read_my_writes = *v;
   } else {
     reject_if_present(r, m, "sync.staleness", "when sync.mode is async (staleness is unbounded)");
     reject_if_present(r, m, "sync.fresh_wait", "when sync.mode is async (it never waits)");
+    reject_if_present(r, m, "sync.read_my_writes",
+                      "when sync.mode is async (a push is applied before its pull is answered)");
   }
   if (auto v = r.get_choice(m, "sync.lr_scale", names(kLrScales, lr_scale_name))) {
     s.lr_scale = parse_enum(*v, kLrScales, lr_scale_name);
@@ -106,6 +109,7 @@ void read_sync(const YamlReader& r, const YAML::Node& root, JobConfig& c) {
          {"sync.staleness", "sync.fresh_wait", "sync.lr_scale", "sync.delay_compensation"}) {
       reject_if_present(r, m, key, when + " (only to ssp and async)");
     }
+    reject_if_present(r, m, "sync.read_my_writes", when + " (only to ssp)");
     reject_if_present(r, root, "parameter_servers", when + " (only to ssp and async)");
   }
   if (servers) return read_servers(r, root, m, c);

@@ -107,6 +107,7 @@ std::string to_yaml(const JobConfig& c) {
     if (c.sync.mode == SyncKind::Ssp) {
       out << YAML::Key << "staleness" << YAML::Value << c.sync.staleness;
       num("fresh_wait", c.sync.fresh_wait);
+      out << YAML::Key << "read_my_writes" << YAML::Value << c.sync.read_my_writes;
     }
     out << YAML::Key << "lr_scale" << YAML::Value << std::string(lr_scale_name(c.sync.lr_scale));
     num("delay_compensation", c.sync.delay_compensation);

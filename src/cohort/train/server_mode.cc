@@ -12,9 +12,11 @@
 #include "cohort/base/log.h"
 #include "cohort/ddp/distributed_data_parallel.h"
 #include "cohort/ps/client.h"
+#include "cohort/ps/own_updates.h"
 #include "cohort/ps/view.h"
 #include "cohort/store/connect.h"
 #include "cohort/train/models.h"
+#include "cohort/train/server_settings.h"
 
 namespace cohort::train {
 namespace {
@@ -95,6 +97,9 @@ void ServerWorker::connect(torch::nn::Module& model, uint32_t slot) {
   keys_ = client_->all_keys();
   grads_.assign(layout.total(), 0.0f);
   params_.assign(layout.total(), 0.0f);
+  if (cfg_.sync.mode == SyncKind::Ssp && cfg_.sync.read_my_writes && cfg_.sync.staleness > 0) {
+    own_ = std::make_unique<ps::OwnUpdates>(server_optimizer(cfg_), client_->layout());
+  }
 }
 
 Place ServerWorker::begin(torch::nn::Module& model, const elastic::Membership& m, bool lead) {
@@ -165,6 +170,12 @@ void ServerWorker::pull_into(torch::nn::Module& model, int64_t clock) {
   ps::PullInfo info;
   pull_until({.min_version = min_version}, info);
   staleness_ = std::max<int64_t>(0, clock - info.min_clock);
+  if (own_) own_->clear();
+  copy_into(model);
+}
+
+void ServerWorker::view_into(torch::nn::Module& model, const ps::PullInfo& info) {
+  if (own_) own_->apply(params_, info.versions);
   copy_into(model);
 }
 
@@ -186,6 +197,8 @@ ServerWorker::Exchange ServerWorker::exchange(torch::nn::Module& model, int64_t 
       at += static_cast<size_t>(n);
     }
   }
+  // params_ still holds what the model computed this step's gradients on.
+  if (own_) own_->pushed(clock, grads_, static_cast<float>(cfg_.workers), params_, lr);
   const int64_t next = clock + 1;
   const bool ssp = cfg_.sync.mode == SyncKind::Ssp;
   const int64_t min_version = ssp ? std::max<int64_t>(0, next - cfg_.sync.staleness) : 0;
@@ -226,7 +239,7 @@ ServerWorker::Exchange ServerWorker::exchange(torch::nn::Module& model, int64_t 
   }
   const double waited = seconds_since(t);
   record_staleness(next, info.min_clock);
-  copy_into(model);
+  view_into(model, info);
   last_held_s_ = std::min(held, waited);
   return {.wait_s = waited, .held_s = last_held_s_};
 }
@@ -298,6 +311,8 @@ nlohmann::json ServerWorker::summary() {
   return {{"slot", slot_},
           {"pushes", pushes_},
           {"pushes_resent", duplicates_},
+          // sync.read_my_writes: own steps added to pulled parameters, one per clock and shard.
+          {"own_steps_added", own_ ? own_->added() : 0},
           // Pushes each shard applied, every worker's together (each counted once).
           {"pushes_applied_by_shard", applied},
           {"staleness",

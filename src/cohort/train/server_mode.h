@@ -32,6 +32,7 @@
 
 namespace cohort::ps {
 class Client;
+class OwnUpdates;
 struct PushPullOptions;
 struct PullInfo;
 }  // namespace cohort::ps
@@ -102,6 +103,9 @@ class ServerWorker {
   // them); the held time and the info of the last pull.
   double pull_until(const ps::PushPullOptions& o, ps::PullInfo& info);
   void pull_into(torch::nn::Module& model, int64_t clock);
+  // params_ as pulled (`info`'s shard versions), plus this worker's own steps the shards lack
+  // (sync.read_my_writes), into `model`.
+  void view_into(torch::nn::Module& model, const ps::PullInfo& info);
   void copy_into(torch::nn::Module& model) const;
   void record_staleness(int64_t clock, int64_t min_clock);
 
@@ -114,6 +118,7 @@ class ServerWorker {
   std::unique_ptr<ps::Client> client_;
   std::vector<uint64_t> keys_;
   std::vector<float> grads_, params_;
+  std::unique_ptr<ps::OwnUpdates> own_;  // ssp with sync.read_my_writes
   int slot_ = -1;
   int64_t clock_ = 0;
   int64_t samples_epoch_ = 0;
