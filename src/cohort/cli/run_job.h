@@ -25,6 +25,9 @@ struct RunSettings {
   std::vector<std::string> launcher_args;       // the user's options for mpirun or sbatch
 };
 
+// The time now as a run directory's name ends: 20261204-031500.
+std::string timestamp_for_dir();
+
 // Runs the job to its end; the process's exit code (0 completed, 1 failed, 130 cancelled).
 int run_job(const train::JobConfig& cfg, const RunSettings& settings);
 
