@@ -31,6 +31,7 @@
 #include "cohort/base/checksum.h"
 #include "cohort/base/clock.h"
 #include "cohort/base/error.h"
+#include "cohort/base/process_state.h"
 #include "cohort/cli/args.h"
 #include "cohort/cli/bench_worker.h"
 #include "cohort/cli/commands.h"
@@ -297,13 +298,7 @@ class RankProcesses {
   const std::vector<Rank>& ranks() const { return ranks_; }
 
  private:
-  static bool is_stopped(pid_t pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-    std::string line;
-    std::getline(f, line);
-    auto paren = line.rfind(')');
-    return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'T';
-  }
+  static bool is_stopped(pid_t pid) { return process_state(pid) == 'T'; }
 
   std::vector<Rank> ranks_;
 };

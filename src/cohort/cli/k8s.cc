@@ -191,55 +191,50 @@ struct Manifests {
   }
 
   ojson coordinator() const {
-    ojson container = {
-        {"name", "coordinator"},
-        {"image", image},
-        {"command", coordinator_command()},
-        {"ports", {{{"name", "coordinator"}, {"containerPort", kCoordinatorPort}}}},
-        {"resources", resources(1, "512Mi")},
-        {"volumeMounts",
-         {token_mount(),
-          {{"name", "job"}, {"mountPath", kJobDir}, {"readOnly", true}},
-          {{"name", "run"}, {"mountPath", "/var/lib/cohort"}}}}};
+    ojson container = {{"name", "coordinator"},
+                       {"image", image},
+                       {"command", coordinator_command()},
+                       {"ports", {{{"name", "coordinator"}, {"containerPort", kCoordinatorPort}}}},
+                       {"resources", resources(1, "512Mi")},
+                       {"volumeMounts",
+                        {token_mount(),
+                         {{"name", "job"}, {"mountPath", kJobDir}, {"readOnly", true}},
+                         {{"name", "run"}, {"mountPath", "/var/lib/cohort"}}}}};
+    return single_pod_job("coordinator", container,
+                          {token_volume(job),
+                           {{"name", "job"}, {"configMap", {{"name", job + "-job"}}}},
+                           {{"name", "run"}, {"emptyDir", ojson::object()}}});
+  }
+
+  // A Job of one pod that is not started again (a coordinator's second instance is its standby,
+  // not a restart): <job>-<role>, labelled with the role.
+  ojson single_pod_job(const std::string& role, const ojson& container, ojson volumes) const {
     return {{"apiVersion", "batch/v1"},
             {"kind", "Job"},
-            {"metadata", metadata(job + "-coordinator", ns, job, "coordinator")},
+            {"metadata", metadata(job + "-" + role, ns, job, role)},
             {"spec",
              {{"backoffLimit", 0},
               {"template",
-               {{"metadata", {{"labels", labels(job, "coordinator")}}},
+               {{"metadata", {{"labels", labels(job, role)}}},
                 {"spec",
                  {{"restartPolicy", "Never"},
                   {"containers", {container}},
-                  {"volumes",
-                   {token_volume(job),
-                    {{"name", "job"}, {"configMap", {{"name", job + "-job"}}}},
-                    {{"name", "run"}, {"emptyDir", ojson::object()}}}}}}}}}}};
+                  {"volumes", std::move(volumes)}}}}}}}};
   }
 
   // The standby coordinator (an etcd store): it waits for the job to start, then for its
   // coordinator's lease to run out, and takes the job over from etcd.
   ojson standby() const {
-    ojson container = {{"name", "standby"},
-                       {"image", image},
-                       {"command",
-                        {"cohort", "run", "--standby", join(), "--token-file",
-                         std::string(kTokenDir) + "/token", "--run-dir", "/var/lib/cohort/run"}},
-                       {"resources", resources(1, "512Mi")},
-                       {"volumeMounts",
-                        {token_mount(), {{"name", "run"}, {"mountPath", "/var/lib/cohort"}}}}};
-    return {{"apiVersion", "batch/v1"},
-            {"kind", "Job"},
-            {"metadata", metadata(job + "-standby", ns, job, "standby")},
-            {"spec",
-             {{"backoffLimit", 0},
-              {"template",
-               {{"metadata", {{"labels", labels(job, "standby")}}},
-                {"spec",
-                 {{"restartPolicy", "Never"},
-                  {"containers", {container}},
-                  {"volumes",
-                   {token_volume(job), {{"name", "run"}, {"emptyDir", ojson::object()}}}}}}}}}}};
+    ojson container = {
+        {"name", "standby"},
+        {"image", image},
+        {"command",
+         {"cohort", "run", "--standby", join(), "--token-file", std::string(kTokenDir) + "/token",
+          "--run-dir", "/var/lib/cohort/run"}},
+        {"resources", resources(1, "512Mi")},
+        {"volumeMounts", {token_mount(), {{"name", "run"}, {"mountPath", "/var/lib/cohort"}}}}};
+    return single_pod_job("standby", container,
+                          {token_volume(job), {{"name", "run"}, {"emptyDir", ojson::object()}}});
   }
 
   ojson workers() const {

@@ -10,14 +10,19 @@
 #include "cohort/base/error.h"
 #include "cohort/base/file.h"
 #include "cohort/base/host.h"
+#include "cohort/base/process_state.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace cohort::cli {
 
-fs::path journal_path(const fs::path& run_dir) { return run_dir / "store.journal"; }
-fs::path record_path(const fs::path& run_dir) { return run_dir / "coordinator.json"; }
+fs::path journal_path(const fs::path& run_dir) {
+  return run_dir / "store.journal";
+}
+fs::path record_path(const fs::path& run_dir) {
+  return run_dir / "coordinator.json";
+}
 
 std::optional<CoordinatorRecord> CoordinatorRecord::read(const fs::path& run_dir) {
   const fs::path path = record_path(run_dir);
@@ -35,13 +40,11 @@ std::optional<CoordinatorRecord> CoordinatorRecord::read(const fs::path& run_dir
 }
 
 void CoordinatorRecord::write(const fs::path& run_dir) const {
-  write_file_atomically(record_path(run_dir), json{{"host", host},
-                                                   {"pid", pid},
-                                                   {"bind", bind},
-                                                   {"port", port},
-                                                   {"token_file", token_file}}
-                                                      .dump(2) +
-                                                  "\n");
+  write_file_atomically(
+      record_path(run_dir),
+      json{{"host", host}, {"pid", pid}, {"bind", bind}, {"port", port}, {"token_file", token_file}}
+              .dump(2) +
+          "\n");
 }
 
 std::string CoordinatorRecord::describe() const {
@@ -53,10 +56,8 @@ namespace {
 // Whether process `pid` of this machine is there and not a zombie.
 bool alive(long pid) {
   if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) return false;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(stat)), {});
-  const size_t paren = text.rfind(')');
-  return !text.empty() && !(paren != std::string::npos && text.substr(paren + 2, 1) == "Z");
+  const char state = process_state(pid);
+  return state != '\0' && state != 'Z';
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "cohort/base/file.h"
+#include "cohort/base/process_state.h"
 #include "cohort/cli/job_files.h"
 
 namespace cohort::cli {
@@ -182,11 +183,7 @@ std::string tail_of(const fs::path& p, size_t max_bytes) {
 std::string process_note(elastic::ChildProcess& w) {
   const std::string pid = "pid " + std::to_string(w.pid());
   if (auto st = w.poll()) return "its process " + pid + " " + st->describe();
-  std::ifstream in("/proc/" + std::to_string(w.pid()) + "/stat");
-  std::string stat;
-  std::getline(in, stat);
-  auto close = stat.rfind(')');  // the state follows the parenthesised command name
-  char state = close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+  const char state = process_state(w.pid());
   if (state == 'T' || state == 't') return pid + " is stopped (SIGSTOP or a debugger)";
   if (state == 'D') return pid + " is blocked in the kernel (uninterruptible sleep)";
   if (state == 'Z') return pid + " has exited";
