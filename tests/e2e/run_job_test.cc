@@ -312,6 +312,52 @@ TEST(RunJob, BadJobFilesStopBeforeAnythingStarts) {
   fs::remove_all(dir);
 }
 
+// What `cohort run --resume` and `--run-id` refuse, before they start anything: a run whose
+// coordinator still runs (a second coordinator would take its port and its workers), a record of
+// the coordinator that cannot be read, a run id that could not be a key, a run id without etcd.
+TEST(RunJob, ResumeAndRunIdRefuseWhatTheyCannotGoOnWith) {
+  auto dir = fresh_dir("refused");
+  const fs::path live = dir / "live";
+  // A job waiting for workers started elsewhere: its coordinator runs, with its record.
+  const std::string cmd =
+      "sh -c '" + cohort() + " run " + example("fashion-mlp.yaml") + " --run-dir " + live.string() +
+      " --external-workers > " + (dir / "live.out").string() + " 2>&1 & pid=$!; while [ ! -s " +
+      (live / "coordinator.json").string() + " ]; do sleep 0.1; done; " + cohort() +
+      " run --resume " + live.string() + "; echo resume-exit=$?; kill -INT $pid; wait $pid'";
+  auto r = sh(cmd);
+  EXPECT_NE(r.output.find("still has its coordinator (pid "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resume-exit=1"), std::string::npos) << r.output;
+  EXPECT_EQ(read_json(live / "summary.json")["status"], "cancelled");  // untouched by the refusal
+  EXPECT_FALSE(fs::exists(live / "coordinator.json"));
+
+  // A record that is not one, beside a journal: named, nothing started.
+  const fs::path broken = dir / "broken";
+  fs::create_directories(broken);
+  fs::copy_file(example("fashion-mlp.yaml"), broken / "config.yaml");
+  std::ofstream(broken / "coordinator.json") << "{\"host\": ";
+  std::ofstream(broken / "store.journal") << "";
+  r = sh(cohort() + " run --resume " + broken.string());
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find((broken / "coordinator.json").string() +
+                          " is not a coordinator's record"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(broken / "summary.json"));
+
+  r = sh(cohort() + " run " + example("fashion-mlp.yaml") + " --run-id 'a/b' --run-dir " +
+         (dir / "id1").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--run-id: 'a/b' is not a run id"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "id1"));
+  r = sh(cohort() + " run " + example("fashion-mlp.yaml") + " --run-id job-1 --run-dir " +
+         (dir / "id2").string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--run-id: only for a job whose coordinator.store is etcd"),
+            std::string::npos)
+      << r.output;
+  fs::remove_all(dir);
+}
+
 // Pids of the live children of `parent` (from /proc/<pid>/stat's ppid field).
 std::vector<int> children_of(int parent) {
   std::vector<int> pids;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -61,6 +62,31 @@ TEST_F(JournalTest, AServerStartedAgainServesWhatItsPredecessorHeld) {
   StoreServer plain({.token = kToken});
   TcpStore p(plain.endpoint(), kToken);
   EXPECT_FALSE(p.check({"a"}));
+}
+
+// A journal that cannot grow (a full disk; here the file-size limit, which fails the write with
+// EFBIG) is given up with an error: the store goes on answering, and the file keeps what it held.
+TEST_F(JournalTest, AJournalThatCannotBeWrittenIsGivenUpAndTheStoreGoesOn) {
+  StoreServer server(options());
+  TcpStore s(server.endpoint(), kToken);
+  s.set("a", to_bytes("1"));
+  const auto before = fs::file_size(path_);
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  rlimit cap = old;
+  cap.rlim_cur = before;
+  auto* const old_handler = ::signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &cap), 0);
+  s.set("b", to_bytes(std::string(4096, 'x')));
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
+  ::signal(SIGXFSZ, old_handler);
+  EXPECT_EQ(to_string(s.get("b")), std::string(4096, 'x'));
+  s.set("c", to_bytes("3"));
+  EXPECT_EQ(to_string(s.get("c")), "3");
+  EXPECT_EQ(fs::file_size(path_), before) << "written after it was given up";
+  const std::map<std::string, Bytes> kept = StoreJournal::replay(path_);
+  EXPECT_EQ(kept.size(), 1u);
+  EXPECT_EQ(to_string(kept.at("a")), "1");
 }
 
 // The server in a child process that is SIGKILLed after its answers: every change it answered is
