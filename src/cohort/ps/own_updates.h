@@ -15,7 +15,8 @@
 // the servers' step and the worker trains on the synchronous parameters; otherwise it stands in
 // for the missing clocks with this worker's share of the data, as local SGD would, until the
 // servers' step replaces it. A clock the shard has applied is never added twice, and with
-// staleness 0 nothing is ever missing, so ssp s = 0 stays exactly synchronous SGD.
+// staleness 0 nothing is ever missing, so ssp s = 0 stays exactly synchronous SGD. A step is kept
+// until every shard holds its clock: at most staleness + 1 of them, each the size of the table.
 #pragma once
 
 #include <cstdint>
