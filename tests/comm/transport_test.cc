@@ -1,10 +1,18 @@
-// The transport conformance suite: every test runs on a TCP pair and on a shared-memory pair, two
-// ends in one process (a real loopback connection; for shared memory a real /dev/shm segment with
-// that connection as its doorbell), driven through the Pair interface alone, as the exchange
-// engine drives it.
+// The transport conformance suite: every test runs on a TCP pair and on a shared-memory pair,
+// through the ring and with the single-copy path, two ends in one process (a real loopback
+// connection; for shared memory a real /dev/shm segment with that connection as its doorbell),
+// driven through the Pair interface alone, as the exchange engine drives it.
 #include <gtest/gtest.h>
+#include <linux/capability.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -30,7 +38,13 @@ struct Ends {
 
 constexpr size_t kRing = 64 << 10;  // small, so that the tests wrap the rings many times
 
-Ends make_ends(Kind kind) {
+struct Variant {
+  Kind kind;
+  size_t single_copy;  // ShmPair's single_copy_bytes (0: through the ring)
+  const char* name;
+};
+
+Ends make_ends(Kind kind, size_t single_copy = 0) {
   net::Listener l = net::Listener::bind("127.0.0.1", 0);
   net::Socket sa = net::Socket::connect({"127.0.0.1", l.port()}, Deadline::after(5s));
   net::Socket sb = l.accept(Deadline::after(5s));
@@ -43,8 +57,12 @@ Ends make_ends(Kind kind) {
   ShmSegment created = ShmSegment::create(kRing, "test");
   ShmSegment opened = ShmSegment::open(created.name(), kRing);
   created.unlink();
-  return {std::make_unique<ShmPair>(1, std::move(sa), std::move(created), true),
-          std::make_unique<ShmPair>(0, std::move(sb), std::move(opened), false)};
+  return {std::make_unique<ShmPair>(1, std::move(sa), std::move(created), true, single_copy),
+          std::make_unique<ShmPair>(0, std::move(sb), std::move(opened), false, single_copy)};
+}
+
+Ends make_ends(const Variant& v) {
+  return make_ends(v.kind, v.single_copy);
 }
 
 // Sleeps until `dir` of `p` may progress, as the engine's wait does; false at the deadline.
@@ -80,7 +98,7 @@ std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
   return v;
 }
 
-class Transport : public ::testing::TestWithParam<Kind> {};
+class Transport : public ::testing::TestWithParam<Variant> {};
 
 // One end sends `out` while it receives into `in`, on one thread, waiting on both directions in
 // one poll as the exchange engine does (a pair is used by one thread at a time).
@@ -89,14 +107,17 @@ void duplex(Pair& p, const std::vector<uint8_t>& out, std::vector<uint8_t>& in, 
   std::mt19937 rng(seed);
   size_t sent = 0, got = 0;
   bool send_blocked = false, recv_blocked = false;
+  size_t piece_end = 0;  // the piece being sent: the rest of it goes with the next call
   while (sent < out.size() || got < in.size()) {
     if (sent < out.size() && !send_blocked) {
       // Pieces of random size, split over two buffers, like a header and its payload.
-      const size_t piece = std::min<size_t>(out.size() - sent, 1 + rng() % (3 * kRing));
+      if (sent == piece_end)
+        piece_end += std::min<size_t>(out.size() - sent, 1 + rng() % (3 * kRing));
+      const size_t piece = piece_end - sent;
       const size_t first = std::min<size_t>(piece, rng() % 64);
       iovec iov[2] = {{const_cast<uint8_t*>(out.data() + sent), first},
                       {const_cast<uint8_t*>(out.data() + sent + first), piece - first}};
-      const size_t k = p.send_some(iov, 2);
+      const size_t k = p.send_some(iov, 2, Delivery::Rendezvous);
       sent += k;
       send_blocked = k < piece;
     }
@@ -143,11 +164,13 @@ TEST_P(Transport, AFullPairTakesNothingMoreUntilItsPeerReads) {
   iovec iov{big.data(), big.size()};
   size_t sent = 0;
   // Fill it: TCP's kernel buffers may keep growing a little, so send until nothing fits.
-  for (size_t k; (k = e.a->send_some(&iov, 1)) > 0;) {
+  for (size_t k; (k = e.a->send_some(&iov, 1, Delivery::Rendezvous)) > 0;) {
     sent += k;
     iov = {big.data() + sent, big.size() - sent};
   }
-  ASSERT_GT(sent, 0u);
+  if (GetParam().single_copy == 0) {
+    ASSERT_GT(sent, 0u);  // single copy: nothing is taken until the peer reads
+  }
   ASSERT_LT(sent, big.size());
   pollfd pfd;
   EXPECT_FALSE(e.a->watch(Direction::Send, false, &pfd));
@@ -159,7 +182,7 @@ TEST_P(Transport, AFullPairTakesNothingMoreUntilItsPeerReads) {
   });
   EXPECT_TRUE(wait_for(*e.a, Direction::Send, Deadline::after(10s)));
   reader.join();
-  EXPECT_GT(e.a->send_some(&iov, 1), 0u);
+  EXPECT_GT(e.a->send_some(&iov, 1, Delivery::Rendezvous), 0u);
 }
 
 TEST_P(Transport, NothingToReadIsNotReadyAndWaitingTimesOut) {
@@ -177,7 +200,7 @@ TEST_P(Transport, DataSentBeforeThePeerWentAwayIsReadThenThePeerIsLost) {
   Ends e = make_ends(GetParam());
   const auto data = pattern(1000, 9);
   iovec iov{const_cast<uint8_t*>(data.data()), data.size()};
-  ASSERT_EQ(e.a->send_some(&iov, 1), data.size());
+  ASSERT_EQ(e.a->send_some(&iov, 1, Delivery::Rendezvous), data.size());
   e.a.reset();  // the peer's process ends: its end closes
   std::vector<uint8_t> got(data.size());
   std::mt19937 rng(1);
@@ -203,7 +226,8 @@ TEST_P(Transport, SendingToAPeerThatShutItsEndDownFails) {
   bool lost = false;
   for (int i = 0; i < 100 && !lost; ++i) {
     try {
-      if (e.a->send_some(&iov, 1) == 0) wait_for(*e.a, Direction::Send, Deadline::after(1s));
+      if (e.a->send_some(&iov, 1, Delivery::Rendezvous) == 0)
+        wait_for(*e.a, Direction::Send, Deadline::after(1s));
     } catch (const PeerLostError& err) {
       EXPECT_EQ(err.rank(), 1);
       lost = true;
@@ -226,8 +250,11 @@ TEST_P(Transport, ShutdownWakesAThreadSleepingOnThePair) {
   EXPECT_LT(Clock::now() - t0, 5s);
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, Transport, ::testing::Values(Kind::Tcp, Kind::Shm),
-                         [](const auto& info) { return std::string(kind_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Kinds, Transport,
+                         ::testing::Values(Variant{Kind::Tcp, 0, "tcp"},
+                                           Variant{Kind::Shm, 0, "shm"},
+                                           Variant{Kind::Shm, 1024, "shm_single_copy"}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 TEST(ShmSegment, ItsNameIsGoneOnceBothSidesHaveIt) {
   ShmSegment created = ShmSegment::create(kRing, "test");
@@ -261,6 +288,188 @@ TEST(ShmSegment, OpeningWhatIsNotASegmentOfTheAnnouncedSizeIsRefused) {
 TEST(ShmSegment, RingSizesMustBePowersOfTwo) {
   EXPECT_THROW(ShmSegment::create(100000, "test"), ConfigError);
   EXPECT_THROW(ShmSegment::create(1024, "test"), ConfigError);
+}
+
+// Single copy: the receiver copies a large send out of the sender's own memory.
+
+struct Halves {  // what make_ends joins, for ends in two processes
+  net::Socket sa, sb;
+  ShmSegment created, opened;
+};
+
+Halves halves() {
+  net::Listener l = net::Listener::bind("127.0.0.1", 0);
+  Halves h;
+  h.sa = net::Socket::connect({"127.0.0.1", l.port()}, Deadline::after(5s));
+  h.sb = l.accept(Deadline::after(5s));
+  h.created = ShmSegment::create(kRing, "test");
+  h.opened = ShmSegment::open(h.created.name(), kRing);
+  h.created.unlink();
+  return h;
+}
+
+// Sends all of `data` through `p` as the exchange engine does; false at the deadline.
+bool send_all(Pair& p, const uint8_t* data, size_t n, Deadline deadline) {
+  for (size_t sent = 0; sent < n;) {
+    iovec iov{const_cast<uint8_t*>(data + sent), n - sent};
+    const size_t k = p.send_some(&iov, 1, Delivery::Rendezvous);
+    sent += k;
+    if (sent < n && !wait_for(p, Direction::Send, deadline)) return false;
+  }
+  return true;
+}
+
+// Forks a process that sends `data` then `tail` from h's first end (the second stays here) and
+// exits 0 when all of it was taken.
+pid_t fork_sender(Halves& h, const std::vector<uint8_t>& data, const std::vector<uint8_t>& tail,
+                  bool dumpable) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    h.sb.close();
+    if (!dumpable && ::prctl(PR_SET_DUMPABLE, 0) != 0) ::_exit(2);
+    ShmPair a(1, std::move(h.sa), std::move(h.created), true, 4096);
+    const Deadline d = Deadline::after(30s);
+    const bool ok =
+        send_all(a, data.data(), data.size(), d) && send_all(a, tail.data(), tail.size(), d);
+    ::_exit(ok ? 0 : 1);
+  }
+  h.sa.close();
+  return child;
+}
+
+TEST(ShmSingleCopy, TheReceiverReadsTheSendersOwnBytesAndTheyStayInOrderWithTheRings) {
+  Ends e = make_ends(Kind::Shm, 1024);
+  const auto small = pattern(100, 1);
+  std::vector<uint8_t> big(256 << 10, 1);
+  iovec first{const_cast<uint8_t*>(small.data()), small.size()};
+  ASSERT_EQ(e.a->send_some(&first, 1, Delivery::Rendezvous),
+            small.size());  // under the threshold: into the ring
+  iovec iov{big.data(), big.size()};
+  ASSERT_EQ(e.a->send_some(&iov, 1, Delivery::Rendezvous), 0u);  // described, nothing copied
+  // Callers must not touch bytes in flight; here it shows that the receiver reads them where
+  // they are, after the ring's bytes that came before them.
+  std::fill(big.begin(), big.end(), uint8_t{2});
+  std::vector<uint8_t> got(small.size() + big.size());
+  std::mt19937 rng(1);
+  recv_all(*e.b, got.data(), got.size(), rng, Deadline::after(10s));
+  EXPECT_TRUE(std::equal(small.begin(), small.end(), got.begin()));
+  EXPECT_TRUE(std::all_of(got.begin() + static_cast<long>(small.size()), got.end(),
+                          [](uint8_t b) { return b == 2; }));
+  ASSERT_TRUE(wait_for(*e.a, Direction::Send, Deadline::after(5s)));
+  EXPECT_EQ(e.a->send_some(&iov, 1, Delivery::Rendezvous), big.size());
+}
+
+TEST(ShmSingleCopy, ABufferedSendFillsTheRingWithoutWaitingForItsReader) {
+  Ends e = make_ends(Kind::Shm, 1024);
+  const auto data = pattern(256 << 10, 4);
+  iovec iov{const_cast<uint8_t*>(data.data()), data.size()};
+  // A point-to-point send: its recv may come after it, so it must not wait for it.
+  EXPECT_EQ(e.a->send_some(&iov, 1, Delivery::Buffered), kRing);
+  std::vector<uint8_t> got(kRing);
+  std::mt19937 rng(3);
+  recv_all(*e.b, got.data(), got.size(), rng, Deadline::after(5s));
+  EXPECT_TRUE(std::equal(got.begin(), got.end(), data.begin()));
+}
+
+TEST(ShmSingleCopy, ASenderInAnotherProcessIsReadThroughTheKernel) {
+  Halves h = halves();
+  const auto data = pattern(8 << 20, 5);
+  const auto tail = pattern(100, 6);
+  const pid_t child = fork_sender(h, data, tail, /*dumpable=*/true);
+  ASSERT_GE(child, 0);
+  ShmPair b(0, std::move(h.sb), std::move(h.opened), false, 4096);
+  std::vector<uint8_t> got(data.size() + tail.size());
+  std::mt19937 rng(2);
+  recv_all(b, got.data(), got.size(), rng, Deadline::after(30s));
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_TRUE(std::equal(data.begin(), data.end(), got.begin()));
+  EXPECT_TRUE(std::equal(tail.begin(), tail.end(), got.begin() + static_cast<long>(data.size())));
+}
+
+TEST(ShmSingleCopy, ASenderKilledBeforeItsBytesAreReadIsALostPeerNotGarbage) {
+  Halves h = halves();
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    h.sb.close();
+    ShmPair a(1, std::move(h.sa), std::move(h.created), true, 4096);
+    std::vector<uint8_t> big(1 << 20, 3);
+    iovec iov{big.data(), big.size()};
+    const size_t k =
+        a.send_some(&iov, 1, Delivery::Rendezvous);  // described: it waits for a reader
+    (void)!::write(ready[1], "x", 1);
+    if (k != 0) ::_exit(1);
+    ::pause();
+    ::_exit(0);
+  }
+  h.sa.close();
+  ::close(ready[1]);
+  char c;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ::close(ready[0]);
+  ShmPair b(0, std::move(h.sb), std::move(h.opened), false, 4096);
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  std::vector<uint8_t> got(1 << 20, 0);
+  try {
+    const size_t k = b.recv_some(got.data(), got.size());
+    ADD_FAILURE() << "read " << k << " bytes from a process that is gone";
+  } catch (const PeerLostError& err) {
+    EXPECT_EQ(err.rank(), 0);  // b's peer
+  }
+}
+
+// Drops CAP_SYS_PTRACE from this process's effective set (as a user without it runs).
+bool drop_ptrace_capability() {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (::syscall(SYS_capget, &hdr, data) != 0) return false;
+  data[CAP_SYS_PTRACE / 32].effective &= ~(1u << (CAP_SYS_PTRACE % 32));
+  return ::syscall(SYS_capset, &hdr, data) == 0;
+}
+
+TEST(ShmSingleCopy, AReceiverThatMayNotReadTheSenderGetsTheBytesThroughTheRing) {
+  Halves h = halves();
+  const auto data = pattern(1 << 20, 7);
+  const auto tail = pattern(100, 8);
+  // Not dumpable: only a process with CAP_SYS_PTRACE may read its memory.
+  const pid_t sender = fork_sender(h, data, tail, /*dumpable=*/false);
+  ASSERT_GE(sender, 0);
+  const pid_t receiver = ::fork();
+  ASSERT_GE(receiver, 0);
+  if (receiver == 0) {
+    if (!drop_ptrace_capability()) ::_exit(2);
+    // The premise: this process may not read the sender's memory.
+    uint8_t probe;
+    iovec local{&probe, 1}, remote{const_cast<uint8_t*>(data.data()), 1};
+    for (int i = 0; i < 1000 && ::process_vm_readv(sender, &local, 1, &remote, 1, 0) == 1; ++i) {
+      ::usleep(1000);  // until the sender has made itself not dumpable
+    }
+    if (::process_vm_readv(sender, &local, 1, &remote, 1, 0) == 1 || errno != EPERM) ::_exit(3);
+    ShmPair b(0, std::move(h.sb), std::move(h.opened), false, 4096);
+    std::vector<uint8_t> got(data.size() + tail.size());
+    size_t off = 0;
+    const Deadline d = Deadline::after(30s);
+    while (off < got.size()) {
+      off += b.recv_some(got.data() + off, got.size() - off);
+      if (off < got.size() && !wait_for(b, Direction::Recv, d)) ::_exit(4);
+    }
+    const bool same = std::equal(data.begin(), data.end(), got.begin()) &&
+                      std::equal(tail.begin(), tail.end(), got.begin() + (1 << 20));
+    ::_exit(same ? 0 : 5);
+  }
+  h.sb.close();
+  int status = 0;
+  ASSERT_EQ(::waitpid(receiver, &status, 0), receiver);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "receiver: " << status;
+  ASSERT_EQ(::waitpid(sender, &status, 0), sender);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "sender: " << status;
 }
 
 }  // namespace

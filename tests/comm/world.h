@@ -33,7 +33,9 @@ inline CommConfig test_config(int rank, int size) {
 // allreduce; odd worlds have hosts of different sizes, and neither host's ranks are contiguous.
 // Lazy: the same two hosts, every pair connected on first use (CommConfig::connect_all_up_to), as
 // in a world too large for a full mesh. Hmac, Gmac: the same two hosts with every data frame
-// sealed (CommConfig::integrity), over shared memory and TCP.
+// sealed (CommConfig::integrity), over shared memory and TCP. Hosts and Gmac copy every
+// collective's frame between ranks of one host once (CommConfig::shm_single_copy_bytes), the
+// others through the shared-memory rings.
 enum class Wires { Tcp, Shm, Mixed, Hosts, Lazy, Hmac, Gmac };
 
 inline std::string wires_name(Wires w) {
@@ -66,6 +68,7 @@ inline void use_wires(CommConfig& c, Wires w) {
   if (w == Wires::Lazy) c.connect_all_up_to = 1;
   if (w == Wires::Hmac) c.integrity = Integrity::Hmac;
   if (w == Wires::Gmac) c.integrity = Integrity::Gmac;
+  if (w == Wires::Hosts || w == Wires::Gmac) c.shm_single_copy_bytes = 1;
 }
 
 // Runs `fn` and returns what it threw (nullptr if nothing).

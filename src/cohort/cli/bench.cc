@@ -64,6 +64,9 @@ constexpr const char* kUsage =
     "                     default auto: shared memory)\n"
     "  --integrity NAME   none | hmac | gmac: how data frames are authenticated\n"
     "                     (CommConfig::integrity, default none)\n"
+    "  --single-copy BYTES  frames of at least this size between ranks of one host are read\n"
+    "                     out of the sender's memory, copied once (CommConfig::\n"
+    "                     shm_single_copy_bytes, default 0: always through the ring)\n"
     "  --spin-us US       how long a small operation polls before it sleeps\n"
     "                     (CommConfig::spin_wait, default 20; 0: never)\n"
     "  --json             one JSON object per line instead of a table\n"
@@ -78,7 +81,7 @@ constexpr const char* kUsage =
 
 const std::set<std::string> kValueFlags = {
     "ranks", "sizes", "algo", "iters", "warmup", "timeout", "chunk", "socket-buffer", "ring-window",
-    "spin-us", "transport", "integrity", "hosts", "bind",
+    "spin-us", "single-copy", "transport", "integrity", "hosts", "bind",
     // hidden: a rank spawned by the launcher, and the fault drills of the fault tests
     "worker-rank", "store", "fault", "fault-rank", "fault-after-iters"};
 const std::set<std::string> kBoolFlags = {"json", "help"};
@@ -145,6 +148,9 @@ BenchOptions parse_options(const Args& a) {
   }
   if (a.has("ring-window")) o.ring_window = int_in("ring-window", 0, 0, 1 << 20);
   if (a.has("spin-us")) o.spin_us = int_in("spin-us", 0, 0, 1000000);
+  if (a.has("single-copy")) {
+    o.single_copy_bytes = static_cast<long>(bytes_in("single-copy", 0, uint64_t{1} << 30));
+  }
   o.transport = comm::parse_transport(a.get_or("transport", "auto"));
   o.integrity = comm::parse_integrity(a.get_or("integrity", "none"));
   o.json = a.has("json");

@@ -86,6 +86,9 @@ class Worker {
       config.socket_buffer_bytes = static_cast<int>(o_.socket_buffer_bytes);
     if (o_.ring_window >= 0) config.ring_window = static_cast<size_t>(o_.ring_window);
     if (o_.spin_us >= 0) config.spin_wait = std::chrono::microseconds(o_.spin_us);
+    if (o_.single_copy_bytes >= 0) {
+      config.shm_single_copy_bytes = static_cast<size_t>(o_.single_copy_bytes);
+    }
     config.transport = o_.transport;
     config.integrity = o_.integrity;
     if (!o_.hosts.empty()) config.bind_host = o_.hosts[bench_host_of(o_, rank_)].addr;

@@ -109,6 +109,13 @@ struct CommConfig {
   Transport transport = Transport::Auto;
   size_t shm_ring_bytes = 1 << 20;
   size_t shm_host_bytes = 256 << 20;
+  // A collective's frame of at least this many bytes between ranks of one host is copied once,
+  // by the receiver straight out of the sender's memory (process_vm_readv, shm_pair.h), instead
+  // of into the ring and out again. Where the kernel does not allow it, the pair says so once
+  // and copies through the ring. Zero, the default: always through the ring, which was faster on
+  // every machine measured (BENCHMARKS.md: the kernel's copy between processes ran at a third of
+  // memcpy's bandwidth, while a ring of 1 MiB stays in the cache).
+  size_t shm_single_copy_bytes = 0;
   // Which host this rank says it is on (at most 128 characters, no spaces). Empty, the default:
   // the identity it detects (transport/host_identity.h). Ranks that state the same one form a host
   // for the hierarchical allreduce and are offered shared memory (which still needs a /dev/shm they

@@ -153,7 +153,11 @@ class Engine {
       }
       size_t rc;
       try {
-        rc = s_.pair->send_some(iov, n);
+        // A point-to-point recv may be posted after this send ends; a collective's peer reads
+        // while this rank sends.
+        rc = s_.pair->send_some(iov, n,
+                                id_.kind == OpKind::PointToPoint ? transport::Delivery::Buffered
+                                                                 : transport::Delivery::Rendezvous);
       } catch (const PeerLostError& e) {
         lost(p.peer, id_, e);
       }

@@ -261,7 +261,8 @@ std::unique_ptr<transport::Pair> make_pair(const CommConfig& o, int peer, PeerLi
     }
     if (segment) {
       return std::make_unique<transport::ShmPair>(peer, std::move(link.sock), std::move(*segment),
-                                                  /*creator=*/peer < o.rank);
+                                                  /*creator=*/peer < o.rank,
+                                                  o.shm_single_copy_bytes);
     }
     if (o.transport == Transport::Shm) {
       throw Error("communicator: no shared memory between " + pair_name(o.rank, peer) +
@@ -358,7 +359,7 @@ std::vector<std::unique_ptr<transport::Pair>> make_pairs(const CommConfig& o,
     if (p.segment) {
       pairs[static_cast<size_t>(p.peer)] = std::make_unique<transport::ShmPair>(
           p.peer, std::move(links[static_cast<size_t>(p.peer)].sock), std::move(*p.segment),
-          /*creator=*/p.peer < o.rank);
+          /*creator=*/p.peer < o.rank, o.shm_single_copy_bytes);
       continue;
     }
     if (o.transport == Transport::Shm) {

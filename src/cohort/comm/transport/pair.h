@@ -29,6 +29,13 @@ std::string_view kind_name(Kind k);
 
 enum class Direction : uint8_t { Send, Recv };
 
+// How the peer reads what a send_some() gives. Buffered: maybe only after this rank's operation
+// has ended (a point-to-point send whose recv may be posted later), so the transport takes what
+// it can hold without the peer. Rendezvous: while this rank sends (a collective's schedule pairs
+// every send with the peer's receive), so the transport may hold the bytes until the peer has
+// read them, and copy them once (shared memory's single copy).
+enum class Delivery : uint8_t { Buffered, Rendezvous };
+
 class Pair {
  public:
   explicit Pair(int peer) : peer_(peer) {}
@@ -41,9 +48,12 @@ class Pair {
   int peer() const { return peer_; }
 
   // Takes bytes from the `n` buffers in order, as many as fit now; returns how many (0: none
-  // fit). A short count means the pair is full: wait for Direction::Send before the next call.
+  // fit). A short count means the pair is full: wait for Direction::Send before the next call,
+  // which must pass the rest of the same bytes, unchanged, from the first one not taken to at
+  // least the end of what this call was given: a transport may leave the bytes where they are
+  // and count them as taken only once its peer has read them (shared memory's single copy).
   // Throws PeerLostError(peer(), reason) when the peer is gone, SystemError on other failures.
-  virtual size_t send_some(const iovec* iov, int n) = 0;
+  virtual size_t send_some(const iovec* iov, int n, Delivery delivery) = 0;
   // Copies up to `n` bytes that have arrived into `p`; returns how many (0: none). A short count
   // means nothing more has arrived. Throws PeerLostError once the peer has closed and every byte
   // it sent has been read.

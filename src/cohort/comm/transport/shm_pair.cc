@@ -1,9 +1,11 @@
 #include "cohort/comm/transport/shm_pair.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +31,20 @@ struct ShmPair::Ring {
   // Set by either side when it shuts the pair down or goes away (a killed process cannot: its
   // peer then sees the doorbell close instead).
   alignas(64) std::atomic<uint32_t> closed;
+  // The single-copy path (shm_pair.h). The writer's: its pid, and a description of bytes in its
+  // memory that come next in the stream once the ring's bytes are read. direct_posted counts the
+  // bytes ever described; the description in flight is [direct_base, direct_posted) of that
+  // count, in direct_parts pieces at direct_addr/direct_len.
+  alignas(64) std::atomic<uint64_t> direct_posted;
+  std::atomic<uint64_t> direct_base;
+  std::atomic<int32_t> writer_pid;
+  std::atomic<uint32_t> direct_parts;
+  std::atomic<uint64_t> direct_addr[kMaxDirectParts];
+  std::atomic<uint64_t> direct_len[kMaxDirectParts];
+  // The reader's: the described bytes it ever took, and whether it may not read the writer's
+  // memory (set once, before it took any).
+  alignas(64) std::atomic<uint64_t> direct_taken;
+  std::atomic<uint32_t> direct_refused;
 };
 
 namespace {
@@ -38,7 +54,7 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free &&
               "the rings need lock-free atomics: they are shared between processes");
 
 constexpr uint64_t kMagic = 0x6d68732d74726f68;  // "hort-shm", little-endian
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 
 struct alignas(64) Header {
   uint64_t magic;
@@ -160,11 +176,14 @@ ShmSegment ShmSegment::create(size_t ring_bytes, const std::string& label) {
   h->ring_bytes = ring_bytes;
   for (int i = 0; i < 2; ++i) {
     Ring* r = new (ring_at(s.base(), i)) Ring{};
-    r->head.store(0, std::memory_order_relaxed);
-    r->tail.store(0, std::memory_order_relaxed);
-    r->reader_waiting.store(0, std::memory_order_relaxed);
-    r->writer_waiting.store(0, std::memory_order_relaxed);
-    r->closed.store(0, std::memory_order_relaxed);
+    for (auto* v : {&r->head, &r->tail, &r->direct_posted, &r->direct_base, &r->direct_taken}) {
+      v->store(0, std::memory_order_relaxed);
+    }
+    for (auto* v : {&r->reader_waiting, &r->writer_waiting, &r->closed, &r->direct_parts,
+                    &r->direct_refused}) {
+      v->store(0, std::memory_order_relaxed);
+    }
+    r->writer_pid.store(0, std::memory_order_relaxed);
   }
   remember(s.name_, s.mapping_);
   return s;  // the name reaches the other side over a socket, after these stores
@@ -233,8 +252,12 @@ void ShmSegment::unlink() {
   named_ = false;
 }
 
-ShmPair::ShmPair(int peer, net::Socket doorbell, ShmSegment segment, bool creator)
-    : Pair(peer), doorbell_(std::move(doorbell)), segment_(std::move(segment)) {
+ShmPair::ShmPair(int peer, net::Socket doorbell, ShmSegment segment, bool creator,
+                 size_t single_copy_bytes)
+    : Pair(peer),
+      doorbell_(std::move(doorbell)),
+      segment_(std::move(segment)),
+      direct_min_(single_copy_bytes) {
   doorbell_.set_nonblocking(true);
   doorbell_.set_nodelay(true);
   cap_ = segment_.ring_bytes();
@@ -243,6 +266,8 @@ ShmPair::ShmPair(int peer, net::Socket doorbell, ShmSegment segment, bool creato
   in_ = ring_at(segment_.base(), 1 - mine);
   out_data_ = data_at(segment_.base(), cap_, mine);
   in_data_ = data_at(segment_.base(), cap_, 1 - mine);
+  // Before any description: the peer reads it only after a direct_posted that follows this.
+  out_->writer_pid.store(static_cast<int32_t>(::getpid()), std::memory_order_relaxed);
 }
 
 ShmPair::~ShmPair() {
@@ -293,6 +318,16 @@ void ShmPair::ring_doorbell() {
   (void)::send(doorbell_.fd(), &b, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
+void ShmPair::wake_if(std::atomic<uint32_t>& flag) {
+  // Sequentially consistent store (the caller's) and load here and in watch(): of "publish, then
+  // look at the flag" and "raise the flag, then look again", at least one side sees the other's
+  // store, so a side going to sleep either sees what was published or gets the doorbell.
+  if (flag.load(std::memory_order_seq_cst) != 0 &&
+      flag.exchange(0, std::memory_order_relaxed) != 0) {
+    ring_doorbell();
+  }
+}
+
 void ShmPair::drain_doorbell() {
   char buf[64];
   for (;;) {
@@ -308,8 +343,13 @@ void ShmPair::drain_doorbell() {
   }
 }
 
-size_t ShmPair::send_some(const iovec* iov, int n) {
+size_t ShmPair::send_some(const iovec* iov, int n, Delivery delivery) {
   if (gone()) closed();
+  if (direct_outstanding() || (delivery == Delivery::Rendezvous && post_direct(iov, n))) {
+    const size_t k = direct_progress(iov, n);
+    if (k > 0 || direct_outstanding()) return k;
+    // Withdrawn: the peer may not read this rank's memory, so the ring carries the bytes.
+  }
   size_t room = writable();
   uint64_t head = out_->head.load(std::memory_order_relaxed);
   size_t total = 0;
@@ -321,32 +361,29 @@ size_t ShmPair::send_some(const iovec* iov, int n) {
     total += k;
   }
   if (total == 0) return 0;
-  // Sequentially consistent store and load here and in watch(): of "publish, then look at the
-  // flag" and "raise the flag, then look again", at least one side sees the other's store, so a
-  // reader going to sleep either sees this data or gets the doorbell.
   out_->head.store(head, std::memory_order_seq_cst);
-  if (out_->reader_waiting.load(std::memory_order_seq_cst) != 0 &&
-      out_->reader_waiting.exchange(0, std::memory_order_relaxed) != 0) {
-    ring_doorbell();
-  }
+  wake_if(out_->reader_waiting);
   return total;
 }
 
 size_t ShmPair::recv_some(void* p, size_t n) {
   if (shut_.load(std::memory_order_relaxed)) closed();
+  // Described bytes follow the ring's: looking at the description before the ring's head means
+  // that the ring's bytes written before it are seen too, and read first.
+  const bool described = direct_readable();
   const size_t avail = readable();
   if (avail == 0) {
+    if (described) {
+      if (size_t k = recv_direct(p, n)) return k;
+    }
     if (gone()) closed();
     return 0;
   }
   const size_t k = std::min(avail, n);
   uint64_t tail = in_->tail.load(std::memory_order_relaxed);
   copy_out(in_data_, cap_, tail, static_cast<uint8_t*>(p), k);
-  in_->tail.store(tail + k, std::memory_order_seq_cst);  // as in send_some
-  if (in_->writer_waiting.load(std::memory_order_seq_cst) != 0 &&
-      in_->writer_waiting.exchange(0, std::memory_order_relaxed) != 0) {
-    ring_doorbell();
-  }
+  in_->tail.store(tail + k, std::memory_order_seq_cst);
+  wake_if(in_->writer_waiting);
   return k;
 }
 
@@ -354,7 +391,7 @@ bool ShmPair::watch(Direction dir, bool arm, pollfd* pfd) {
   *pfd = {-1, 0, 0};
   if (gone()) return true;
   const bool send = dir == Direction::Send;
-  auto ready = [&] { return send ? writable() > 0 : readable() > 0; };
+  auto ready = [&] { return send ? send_ready() : readable() > 0 || direct_readable(); };
   if (ready()) return true;
   if (!arm) return false;
   std::atomic<uint32_t>& flag = send ? out_->writer_waiting : in_->reader_waiting;
@@ -372,7 +409,144 @@ bool ShmPair::woke(Direction dir, short revents) {
   (send ? out_->writer_waiting : in_->reader_waiting).store(0, std::memory_order_relaxed);
   if (revents != 0) drain_doorbell();
   if (gone()) return true;
-  return send ? writable() > 0 : readable() > 0;
+  return send ? send_ready() : readable() > 0 || direct_readable();
+}
+
+// The single-copy path.
+
+bool ShmPair::post_direct(const iovec* iov, int n) {
+  if (direct_min_ == 0 || n < 1 || n > kMaxDirectParts) return false;
+  size_t total = 0;
+  for (int i = 0; i < n; ++i) total += iov[i].iov_len;
+  if (total < direct_min_) return false;
+  const uint64_t base = out_->direct_posted.load(std::memory_order_relaxed);  // this side's
+  for (int i = 0; i < n; ++i) {
+    out_->direct_addr[i].store(reinterpret_cast<uintptr_t>(iov[i].iov_base),
+                               std::memory_order_relaxed);
+    out_->direct_len[i].store(iov[i].iov_len, std::memory_order_relaxed);
+    direct_iov_[i] = iov[i];
+  }
+  direct_n_ = n;
+  out_->direct_parts.store(static_cast<uint32_t>(n), std::memory_order_relaxed);
+  out_->direct_base.store(base, std::memory_order_relaxed);
+  out_->direct_posted.store(base + total, std::memory_order_seq_cst);
+  wake_if(out_->reader_waiting);
+  direct_base_ = direct_reported_ = base;
+  direct_end_ = base + total;
+  return true;
+}
+
+size_t ShmPair::direct_progress(const iovec* iov, int n) {
+  const uint64_t taken = out_->direct_taken.load(std::memory_order_seq_cst);
+  if (taken == direct_reported_) {
+    if (taken == direct_base_ && out_->direct_refused.load(std::memory_order_acquire) != 0) {
+      // The peer took none of it and never will: withdraw the description, copy from now on.
+      out_->direct_posted.store(direct_base_, std::memory_order_seq_cst);
+      direct_end_ = direct_base_;
+      direct_min_ = 0;
+    }
+    return 0;
+  }
+  if (taken < direct_reported_ || taken > direct_end_) {
+    throw ProtocolError("the shared-memory pair to rank " + std::to_string(peer()) +
+                        " is corrupt (the peer took " + std::to_string(taken) +
+                        " described bytes of " + std::to_string(direct_end_) + ")");
+  }
+  // The caller goes on with what it has not been told is sent: the bytes described, from here.
+  uint64_t off = direct_reported_ - direct_base_;
+  const void* expected = nullptr;
+  for (int i = 0; i < direct_n_ && !expected; ++i) {
+    if (off < direct_iov_[i].iov_len) {
+      expected = static_cast<const uint8_t*>(direct_iov_[i].iov_base) + off;
+    } else {
+      off -= direct_iov_[i].iov_len;
+    }
+  }
+  size_t given = 0;
+  for (int i = 0; i < n; ++i) given += iov[i].iov_len;
+  if (n < 1 || iov[0].iov_base != expected || given < direct_end_ - direct_reported_) {
+    throw std::logic_error("ShmPair::send_some: called with other bytes while " +
+                           std::to_string(direct_end_ - direct_reported_) +
+                           " described bytes are in flight");
+  }
+  const size_t k = static_cast<size_t>(taken - direct_reported_);
+  direct_reported_ = taken;
+  return k;
+}
+
+bool ShmPair::send_ready() {
+  if (!direct_outstanding()) return writable() > 0;
+  return out_->direct_taken.load(std::memory_order_seq_cst) != direct_reported_ ||
+         out_->direct_refused.load(std::memory_order_acquire) != 0;
+}
+
+bool ShmPair::direct_readable() const {
+  return !direct_refused_ && in_->direct_posted.load(std::memory_order_seq_cst) !=
+                                 in_->direct_taken.load(std::memory_order_relaxed);
+}
+
+size_t ShmPair::recv_direct(void* p, size_t n) {
+  const uint64_t posted = in_->direct_posted.load(std::memory_order_seq_cst);
+  const uint64_t taken = in_->direct_taken.load(std::memory_order_relaxed);
+  if (direct_refused_ || posted == taken || n == 0) return 0;
+  const uint64_t base = in_->direct_base.load(std::memory_order_relaxed);
+  const uint32_t parts = in_->direct_parts.load(std::memory_order_relaxed);
+  iovec remote[kMaxDirectParts];
+  int count = 0;
+  uint64_t described = 0;
+  uint64_t off = taken - base;
+  size_t want = 0;
+  for (uint32_t i = 0; i < parts && i < kMaxDirectParts; ++i) {
+    const uint64_t len = in_->direct_len[i].load(std::memory_order_relaxed);
+    const uint64_t addr = in_->direct_addr[i].load(std::memory_order_relaxed);
+    described += len;
+    if (off >= len) {
+      off -= len;
+      continue;
+    }
+    const size_t k = static_cast<size_t>(std::min<uint64_t>(len - off, n - want));
+    if (k > 0) remote[count++] = {reinterpret_cast<void*>(addr + off), k};
+    want += k;
+    off = 0;
+  }
+  if (parts < 1 || parts > kMaxDirectParts || base > taken || taken > posted ||
+      described != posted - base || want == 0) {
+    throw ProtocolError("the shared-memory pair from rank " + std::to_string(peer()) +
+                        " holds an impossible description of " + std::to_string(posted - taken) +
+                        " bytes");
+  }
+  const iovec local{p, want};
+  const pid_t pid = in_->writer_pid.load(std::memory_order_relaxed);
+  const ssize_t rc =
+      ::process_vm_readv(pid, &local, 1, remote, static_cast<unsigned long>(count), 0);
+  if (rc <= 0) {
+    const int err = rc < 0 ? errno : EIO;
+    if (!direct_read_ok_ && (err == EPERM || err == EACCES || err == ENOSYS)) {
+      // Not allowed here: say so once, for the sender to withdraw and use the ring.
+      direct_refused_ = true;
+      in_->direct_refused.store(1, std::memory_order_seq_cst);
+      wake_if(in_->writer_waiting);
+      static std::atomic<bool> said{false};
+      if (!said.exchange(true)) {
+        spdlog::warn(
+            "shared memory: this process may not read rank {}'s memory ({}); large "
+            "messages are copied twice, through the ring",
+            peer(), std::strerror(err));
+      }
+      return 0;
+    }
+    if (gone()) closed();
+    throw PeerLostError(
+        peer(), std::string("could not read the bytes it described (") + std::strerror(err) + ")");
+  }
+  // A sender that gives up marks the pair closed before its buffers go back to its caller: if it
+  // was still open after the copy, the copy read what it described.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (gone()) closed();
+  direct_read_ok_ = true;
+  in_->direct_taken.store(taken + static_cast<uint64_t>(rc), std::memory_order_seq_cst);
+  wake_if(in_->writer_waiting);
+  return static_cast<size_t>(rc);
 }
 
 void ShmPair::shutdown() {

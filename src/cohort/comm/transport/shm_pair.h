@@ -11,6 +11,16 @@
 // killed process's socket, so a rank waiting on its ring sees the doorbell close, exactly as over
 // TCP. A stopped peer is caught by the operation's deadline, as over TCP.
 //
+// Large sends whose peer reads them as they go (Delivery::Rendezvous: a collective's frames) are
+// copied once, not twice (the single-copy path, as Open MPI's vader does with CMA): instead of
+// copying a frame into the ring, the sender describes where its bytes are in its
+// own memory and the receiver copies them straight into its buffer with process_vm_readv(2). The
+// sender's buffer stays untouched until the receiver has taken every byte (send_some counts bytes
+// as sent only once they have been read), and a receiver uses the bytes it read only if the pair
+// was still open after the copy: a sender that fails marks the pair closed before it gives its
+// buffers back. A receiver the kernel does not let read the sender's memory (ptrace rules, Yama,
+// a seccomp filter) says so once in the segment and the pair copies through the ring from then on.
+//
 // The segment's name exists only during setup: the rank that opens it removes it at once and the
 // creator removes it when the other side answers (or fails to), so nothing stays in /dev/shm after
 // either rank dies. Its size is fixed at creation and its pages are allocated then
@@ -67,18 +77,22 @@ class ShmSegment {
 class ShmPair final : public Pair {
  public:
   // `doorbell` is the authenticated connection to `peer`; `creator` says which of the two rings
-  // is this rank's to write (the creator writes ring 0).
-  ShmPair(int peer, net::Socket doorbell, ShmSegment segment, bool creator);
+  // is this rank's to write (the creator writes ring 0). A send of at least `single_copy_bytes`
+  // goes by the single-copy path (0: never).
+  ShmPair(int peer, net::Socket doorbell, ShmSegment segment, bool creator,
+          size_t single_copy_bytes);
   ~ShmPair() override;
 
   Kind kind() const override { return Kind::Shm; }
-  size_t send_some(const iovec* iov, int n) override;
+  size_t send_some(const iovec* iov, int n, Delivery delivery) override;
   size_t recv_some(void* p, size_t n) override;
   bool watch(Direction dir, bool arm, pollfd* pfd) override;
   bool woke(Direction dir, short revents) override;
   void shutdown() override;
 
   struct Ring;  // the control block of one direction (shm_pair.cc)
+  // The most iovecs one single-copy send describes (a frame is header, payload, tag).
+  static constexpr int kMaxDirectParts = 4;
 
  private:
   // Bytes waiting in the incoming ring / free in the outgoing one (ProtocolError if the peer
@@ -86,6 +100,19 @@ class ShmPair final : public Pair {
   size_t readable() const;
   size_t writable() const;
   void ring_doorbell();
+  // Rings the doorbell if the other side sleeps on `flag`, after a store it must see.
+  void wake_if(std::atomic<uint32_t>& flag);
+
+  // The single-copy path. Sender: describes the iovecs for the peer (false: not this time).
+  bool post_direct(const iovec* iov, int n);
+  // Sender: bytes of the outstanding description the peer took since the last call.
+  size_t direct_progress(const iovec* iov, int n);
+  bool direct_outstanding() const { return direct_end_ != direct_reported_; }
+  bool send_ready();
+  // Receiver: copies described bytes into [p, p + n); 0 when none are described or this rank
+  // may not read the sender's memory.
+  size_t recv_direct(void* p, size_t n);
+  bool direct_readable() const;
   // Reads whatever bytes the doorbell holds; notices the peer closing it.
   void drain_doorbell();
   [[noreturn]] void closed() const;
@@ -102,6 +129,17 @@ class ShmPair final : public Pair {
   uint8_t* in_data_ = nullptr;
   size_t cap_ = 0;
   bool peer_closed_ = false;
+  // Single copy, sending side: the least bytes worth it (0: off), the outstanding description
+  // (stream counters of bytes described: [direct_reported_, direct_end_) not yet reported to the
+  // caller) and the iovecs it names. Receiving side: whether reading the peer failed for good.
+  size_t direct_min_ = 0;
+  uint64_t direct_base_ = 0;
+  uint64_t direct_reported_ = 0;
+  uint64_t direct_end_ = 0;
+  iovec direct_iov_[kMaxDirectParts] = {};
+  int direct_n_ = 0;
+  bool direct_refused_ = false;
+  bool direct_read_ok_ = false;
   std::atomic<bool> shut_{false};
 };
 

@@ -26,7 +26,7 @@ TcpPair::TcpPair(int peer, net::Socket sock) : Pair(peer), sock_(std::move(sock)
   sock_.set_nodelay(true);
 }
 
-size_t TcpPair::send_some(const iovec* iov, int n) {
+size_t TcpPair::send_some(const iovec* iov, int n, Delivery) {
   msghdr msg{};
   msg.msg_iov = const_cast<iovec*>(iov);
   msg.msg_iovlen = static_cast<size_t>(n);

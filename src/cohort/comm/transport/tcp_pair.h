@@ -13,7 +13,7 @@ class TcpPair final : public Pair {
   TcpPair(int peer, net::Socket sock);
 
   Kind kind() const override { return Kind::Tcp; }
-  size_t send_some(const iovec* iov, int n) override;
+  size_t send_some(const iovec* iov, int n, Delivery delivery) override;
   size_t recv_some(void* p, size_t n) override;
   bool watch(Direction dir, bool arm, pollfd* pfd) override;
   bool woke(Direction dir, short revents) override;
