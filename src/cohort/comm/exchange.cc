@@ -88,6 +88,14 @@ class Engine {
     yield_ = spin.yield;
   }
 
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+  // A frame still being sent when the operation fails: its header, tag and payload may go away
+  // with this engine and its caller.
+  ~Engine() {
+    if (s_.active && s_.pair) s_.pair->abandon_send();
+  }
+
   void run(Deadline deadline) {
     for (;;) {
       bool progress = false;

@@ -54,6 +54,10 @@ class Pair {
   // and count them as taken only once its peer has read them (shared memory's single copy).
   // Throws PeerLostError(peer(), reason) when the peer is gone, SystemError on other failures.
   virtual size_t send_some(const iovec* iov, int n, Delivery delivery) = 0;
+  // The operation that gave send_some() its last bytes stopped before they were all taken (it
+  // failed), and the bytes not taken are about to go away: the peer must not read them. The pair
+  // is left to be shut down by the failure's handling.
+  virtual void abandon_send() {}
   // Copies up to `n` bytes that have arrived into `p`; returns how many (0: none). A short count
   // means nothing more has arrived. Throws PeerLostError once the peer has closed and every byte
   // it sent has been read.

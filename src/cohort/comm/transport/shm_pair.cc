@@ -37,6 +37,9 @@ struct ShmPair::Ring {
   // count, in direct_parts pieces at direct_addr/direct_len.
   alignas(64) std::atomic<uint64_t> direct_posted;
   std::atomic<uint64_t> direct_base;
+  std::atomic<uint64_t> direct_revoked;  // direct_posted of a description withdrawn mid-read
+  std::atomic<uint64_t> cookie_addr;
+  std::atomic<uint64_t> cookie_value;
   std::atomic<int32_t> writer_pid;
   std::atomic<uint32_t> direct_parts;
   std::atomic<uint64_t> direct_addr[kMaxDirectParts];
@@ -176,7 +179,8 @@ ShmSegment ShmSegment::create(size_t ring_bytes, const std::string& label) {
   h->ring_bytes = ring_bytes;
   for (int i = 0; i < 2; ++i) {
     Ring* r = new (ring_at(s.base(), i)) Ring{};
-    for (auto* v : {&r->head, &r->tail, &r->direct_posted, &r->direct_base, &r->direct_taken}) {
+    for (auto* v : {&r->head, &r->tail, &r->direct_posted, &r->direct_base, &r->direct_revoked,
+                    &r->cookie_addr, &r->cookie_value, &r->direct_taken}) {
       v->store(0, std::memory_order_relaxed);
     }
     for (auto* v : {&r->reader_waiting, &r->writer_waiting, &r->closed, &r->direct_parts,
@@ -266,7 +270,11 @@ ShmPair::ShmPair(int peer, net::Socket doorbell, ShmSegment segment, bool creato
   in_ = ring_at(segment_.base(), 1 - mine);
   out_data_ = data_at(segment_.base(), cap_, mine);
   in_data_ = data_at(segment_.base(), cap_, 1 - mine);
-  // Before any description: the peer reads it only after a direct_posted that follows this.
+  // Before any description: the peer reads these only after a direct_posted that follows them.
+  std::random_device rd;
+  direct_cookie_ = (uint64_t{rd()} << 32) | rd() | 1;
+  out_->cookie_addr.store(reinterpret_cast<uintptr_t>(&direct_cookie_), std::memory_order_relaxed);
+  out_->cookie_value.store(direct_cookie_, std::memory_order_relaxed);
   out_->writer_pid.store(static_cast<int32_t>(::getpid()), std::memory_order_relaxed);
 }
 
@@ -439,7 +447,7 @@ bool ShmPair::post_direct(const iovec* iov, int n) {
 size_t ShmPair::direct_progress(const iovec* iov, int n) {
   const uint64_t taken = out_->direct_taken.load(std::memory_order_seq_cst);
   if (taken == direct_reported_) {
-    if (taken == direct_base_ && out_->direct_refused.load(std::memory_order_acquire) != 0) {
+    if (taken == direct_base_ && out_->direct_refused.load(std::memory_order_seq_cst) != 0) {
       // The peer took none of it and never will: withdraw the description, copy from now on.
       out_->direct_posted.store(direct_base_, std::memory_order_seq_cst);
       direct_end_ = direct_base_;
@@ -477,18 +485,67 @@ size_t ShmPair::direct_progress(const iovec* iov, int n) {
 bool ShmPair::send_ready() {
   if (!direct_outstanding()) return writable() > 0;
   return out_->direct_taken.load(std::memory_order_seq_cst) != direct_reported_ ||
-         out_->direct_refused.load(std::memory_order_acquire) != 0;
+         out_->direct_refused.load(std::memory_order_seq_cst) != 0;
 }
 
 bool ShmPair::direct_readable() const {
-  return !direct_refused_ && in_->direct_posted.load(std::memory_order_seq_cst) !=
-                                 in_->direct_taken.load(std::memory_order_relaxed);
+  if (direct_refused_) return false;
+  const uint64_t posted = in_->direct_posted.load(std::memory_order_seq_cst);
+  return posted != in_->direct_taken.load(std::memory_order_relaxed) &&
+         posted != in_->direct_revoked.load(std::memory_order_seq_cst);
+}
+
+void ShmPair::abandon_send() {
+  if (!direct_outstanding()) return;
+  // A read under way when this lands is not used (recv_direct looks after its copy).
+  out_->direct_revoked.store(direct_end_, std::memory_order_seq_cst);
+  direct_reported_ = direct_end_;
+  direct_min_ = 0;
+}
+
+bool ShmPair::can_read_sender(std::string* why) {
+  const pid_t pid = in_->writer_pid.load(std::memory_order_relaxed);
+  const uint64_t addr = in_->cookie_addr.load(std::memory_order_relaxed);
+  const uint64_t want = in_->cookie_value.load(std::memory_order_relaxed);
+  uint64_t got = 0;
+  const iovec local{&got, sizeof(got)};
+  const iovec remote{reinterpret_cast<void*>(addr), sizeof(got)};
+  const ssize_t rc = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+  if (rc == static_cast<ssize_t>(sizeof(got)) && got == want && want != 0) return true;
+  // EPERM/EACCES: ptrace rules; ENOSYS: a kernel or filter without it; ESRCH or another value:
+  // the pid is not the peer's here (another pid namespace) or the peer is gone.
+  *why = rc < 0 ? std::string(std::strerror(errno))
+                : "pid " + std::to_string(pid) + " is not the peer here";
+  return false;
+}
+
+void ShmPair::refuse_direct(const std::string& why) {
+  // Said once, for the sender to withdraw its description and use the ring from then on.
+  direct_refused_ = true;
+  in_->direct_refused.store(1, std::memory_order_seq_cst);
+  wake_if(in_->writer_waiting);
+  static std::atomic<bool> said{false};
+  if (!said.exchange(true)) {
+    spdlog::warn(
+        "shared memory: this process cannot read rank {}'s memory ({}); large messages "
+        "are copied twice, through the ring",
+        peer(), why);
+  }
 }
 
 size_t ShmPair::recv_direct(void* p, size_t n) {
   const uint64_t posted = in_->direct_posted.load(std::memory_order_seq_cst);
   const uint64_t taken = in_->direct_taken.load(std::memory_order_relaxed);
   if (direct_refused_ || posted == taken || n == 0) return 0;
+  if (posted == in_->direct_revoked.load(std::memory_order_seq_cst)) return 0;
+  if (!direct_read_ok_) {
+    std::string why;
+    if (!can_read_sender(&why)) {
+      refuse_direct(why);
+      return 0;
+    }
+    direct_read_ok_ = true;
+  }
   const uint64_t base = in_->direct_base.load(std::memory_order_relaxed);
   const uint32_t parts = in_->direct_parts.load(std::memory_order_relaxed);
   iovec remote[kMaxDirectParts];
@@ -496,21 +553,25 @@ size_t ShmPair::recv_direct(void* p, size_t n) {
   uint64_t described = 0;
   uint64_t off = taken - base;
   size_t want = 0;
-  for (uint32_t i = 0; i < parts && i < kMaxDirectParts; ++i) {
+  const uint64_t left = posted - taken;  // what the reader may take, at most
+  bool sane = base <= taken && taken < posted;
+  for (uint32_t i = 0; sane && i < parts && i < kMaxDirectParts; ++i) {
     const uint64_t len = in_->direct_len[i].load(std::memory_order_relaxed);
     const uint64_t addr = in_->direct_addr[i].load(std::memory_order_relaxed);
+    sane = len <= posted - base - described;
+    if (!sane) break;
     described += len;
     if (off >= len) {
       off -= len;
       continue;
     }
-    const size_t k = static_cast<size_t>(std::min<uint64_t>(len - off, n - want));
+    const size_t k =
+        static_cast<size_t>(std::min<uint64_t>(len - off, std::min<uint64_t>(n, left) - want));
     if (k > 0) remote[count++] = {reinterpret_cast<void*>(addr + off), k};
     want += k;
     off = 0;
   }
-  if (parts < 1 || parts > kMaxDirectParts || base > taken || taken > posted ||
-      described != posted - base || want == 0) {
+  if (!sane || parts < 1 || parts > kMaxDirectParts || described != posted - base || want == 0) {
     throw ProtocolError("the shared-memory pair from rank " + std::to_string(peer()) +
                         " holds an impossible description of " + std::to_string(posted - taken) +
                         " bytes");
@@ -521,29 +582,15 @@ size_t ShmPair::recv_direct(void* p, size_t n) {
       ::process_vm_readv(pid, &local, 1, remote, static_cast<unsigned long>(count), 0);
   if (rc <= 0) {
     const int err = rc < 0 ? errno : EIO;
-    if (!direct_read_ok_ && (err == EPERM || err == EACCES || err == ENOSYS)) {
-      // Not allowed here: say so once, for the sender to withdraw and use the ring.
-      direct_refused_ = true;
-      in_->direct_refused.store(1, std::memory_order_seq_cst);
-      wake_if(in_->writer_waiting);
-      static std::atomic<bool> said{false};
-      if (!said.exchange(true)) {
-        spdlog::warn(
-            "shared memory: this process may not read rank {}'s memory ({}); large "
-            "messages are copied twice, through the ring",
-            peer(), std::strerror(err));
-      }
-      return 0;
-    }
     if (gone()) closed();
     throw PeerLostError(
         peer(), std::string("could not read the bytes it described (") + std::strerror(err) + ")");
   }
-  // A sender that gives up marks the pair closed before its buffers go back to its caller: if it
-  // was still open after the copy, the copy read what it described.
+  // A sender that gives up withdraws the description (abandon_send) or closes the pair before
+  // what it described goes away: if neither had happened after the copy, the copy read it.
   std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (posted == in_->direct_revoked.load(std::memory_order_seq_cst)) return 0;
   if (gone()) closed();
-  direct_read_ok_ = true;
   in_->direct_taken.store(taken + static_cast<uint64_t>(rc), std::memory_order_seq_cst);
   wake_if(in_->writer_waiting);
   return static_cast<size_t>(rc);

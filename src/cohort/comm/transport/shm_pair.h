@@ -88,6 +88,7 @@ class ShmPair final : public Pair {
   size_t recv_some(void* p, size_t n) override;
   bool watch(Direction dir, bool arm, pollfd* pfd) override;
   bool woke(Direction dir, short revents) override;
+  void abandon_send() override;
   void shutdown() override;
 
   struct Ring;  // the control block of one direction (shm_pair.cc)
@@ -113,6 +114,9 @@ class ShmPair final : public Pair {
   // may not read the sender's memory.
   size_t recv_direct(void* p, size_t n);
   bool direct_readable() const;
+  // Receiver: whether this process can read the sender's memory (reads the sender's cookie).
+  bool can_read_sender(std::string* why);
+  void refuse_direct(const std::string& why);
   // Reads whatever bytes the doorbell holds; notices the peer closing it.
   void drain_doorbell();
   [[noreturn]] void closed() const;
@@ -140,6 +144,9 @@ class ShmPair final : public Pair {
   int direct_n_ = 0;
   bool direct_refused_ = false;
   bool direct_read_ok_ = false;
+  // A random value at an address the peer reads first: the pid the segment names is this
+  // process's peer, and its memory is readable, only if what it reads there is this value.
+  uint64_t direct_cookie_ = 0;
   std::atomic<bool> shut_{false};
 };
 
