@@ -5,7 +5,7 @@ BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: deps configure build run test install test-asan test-asan-all test-tsan fuzz bench-training bench-compare bench-scale bench-python bench-python-elastic bench-compression bench-sync bench-recovery bench-coordinator-loss bench-rendezvous bench-simulate soak accuracy-compression bench-trace format lint clean
+.PHONY: deps configure build run test install test-asan test-asan-all test-tsan fuzz bench-training bench-compare bench-shm bench-scale bench-python bench-python-elastic bench-compression bench-sync bench-recovery bench-coordinator-loss bench-rendezvous bench-simulate soak accuracy-compression bench-trace format lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -47,6 +47,11 @@ bench-training: build
 
 bench-compare: build
 	scripts/bench-compare.sh
+
+# Cohort's shared memory against Open MPI's vader (default and tuned), 2 and 4 ranks; prints the
+# table of BENCHMARKS.md's shared-memory section (about 15 minutes).
+bench-shm: build
+	scripts/bench-shm.sh
 
 # Scaling on the emulated cluster (needs root): the hierarchical allreduce against the flat ring,
 # 2 hosts x 2 and x 4 ranks at 1 Gbit/s (a few minutes); writes its section of BENCHMARKS.md.
