@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cohort/base/cpu_binding.h"
 #include "cohort_process.h"
 
 namespace cohort::testing {
@@ -113,6 +114,33 @@ TEST(BenchCli, RunsWithTheCommunicatorSettingsGiven) {
     ASSERT_TRUE(exited_with(q.wait_for(20s), 2)) << bad[0] << " " << bad[1] << ": " << q.err();
     EXPECT_NE(q.err().find(bad[0]), std::string::npos) << q.err();
   }
+}
+
+// Each rank is bound to its own share of the CPUs the launcher may use while there are at most
+// as many ranks as CPUs (mpirun's default); unbound when oversubscribed or with --bind-to none.
+// Rank 0 reports how many CPUs its affinity mask holds.
+TEST(BenchCli, BindsEachRankToItsOwnCpusWhenThereAreEnough) {
+  const std::vector<int> cpus = allowed_cpus();
+  const int n = static_cast<int>(cpus.size());
+  if (n < 2) GTEST_SKIP() << "this process may use one CPU only";
+  auto cpus_of_rank0 = [](const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"bench", "allreduce", "--sizes", "4K",    "--iters",
+                                     "5",     "--warmup",  "1",       "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    CohortProcess p(args);
+    auto st = p.wait_for(60s);
+    EXPECT_TRUE(st && exited_with(st, 0)) << p.err();
+    auto lines = json_lines(p.out());
+    return lines.size() == 1 ? lines[0].value("cpus_per_rank", -1) : -2;
+  };
+  EXPECT_EQ(cpus_of_rank0({"--ranks", "2"}), static_cast<int>(cpu_share(cpus, 0, 2).size()));
+  EXPECT_EQ(cpus_of_rank0({"--ranks", "2", "--bind-to", "none"}), n);
+  if (n <= 8) {
+    EXPECT_EQ(cpus_of_rank0({"--ranks", std::to_string(n + 1)}), n);
+  }
+  CohortProcess bad({"bench", "allreduce", "--bind-to", "socket"});
+  ASSERT_TRUE(exited_with(bad.wait_for(20s), 2));
+  EXPECT_NE(bad.err().find("--bind-to"), std::string::npos) << bad.err();
 }
 
 TEST(BenchCli, RejectsUnknownAlgorithmAndRankCount) {

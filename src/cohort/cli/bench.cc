@@ -30,6 +30,7 @@
 
 #include "cohort/base/checksum.h"
 #include "cohort/base/clock.h"
+#include "cohort/base/cpu_binding.h"
 #include "cohort/base/error.h"
 #include "cohort/base/process_state.h"
 #include "cohort/cli/args.h"
@@ -69,6 +70,9 @@ constexpr const char* kUsage =
     "                     shm_single_copy_bytes, default 0: always through the ring)\n"
     "  --spin-us US       how long a small operation polls before it sleeps\n"
     "                     (CommConfig::spin_wait, default 20; 0: never)\n"
+    "  --bind-to WHAT     auto | none: auto binds each rank to its own share of the CPUs this\n"
+    "                     command may use when there are at most as many ranks as CPUs, as\n"
+    "                     mpirun does by default (default auto)\n"
     "  --json             one JSON object per line instead of a table\n"
     "  --hosts NS@ADDR,...  spread the ranks over these hosts of an emulated cluster\n"
     "                     (scripts/netcluster.sh), in contiguous blocks: each rank enters network\n"
@@ -81,9 +85,9 @@ constexpr const char* kUsage =
 
 const std::set<std::string> kValueFlags = {
     "ranks", "sizes", "algo", "iters", "warmup", "timeout", "chunk", "socket-buffer", "ring-window",
-    "spin-us", "single-copy", "transport", "integrity", "hosts", "bind",
+    "spin-us", "single-copy", "transport", "integrity", "hosts", "bind", "bind-to",
     // hidden: a rank spawned by the launcher, and the fault drills of the fault tests
-    "worker-rank", "store", "fault", "fault-rank", "fault-after-iters"};
+    "worker-rank", "store", "host-cpus", "fault", "fault-rank", "fault-after-iters"};
 const std::set<std::string> kBoolFlags = {"json", "help"};
 
 // "NS@ADDR,NS@ADDR,..." of --hosts; at most one host per rank.
@@ -155,6 +159,12 @@ BenchOptions parse_options(const Args& a) {
   o.integrity = comm::parse_integrity(a.get_or("integrity", "none"));
   o.json = a.has("json");
   o.bind_host = a.get_or("bind", "127.0.0.1");
+  const std::string bind_to = a.get_or("bind-to", "auto");
+  if (bind_to != "auto" && bind_to != "none") {
+    throw ConfigError("--bind-to must be auto or none, got '" + bind_to + "'");
+  }
+  o.bind_to_cpus = bind_to == "auto";
+  o.host_cpus = int_in("host-cpus", 0, 0, CPU_SETSIZE);
   if (auto h = a.get("hosts")) o.hosts = parse_hosts(*h, o.ranks);
   if (auto f = a.get("fault")) {
     if (*f == "kill")
@@ -217,8 +227,9 @@ class RankProcesses {
   // fork + exec of `exe`. Everything the child needs is prepared before fork(): the
   // launcher has threads, so the child may only make async-signal-safe calls until exec.
   // netns_fd >= 0: the child enters that network namespace first.
+  // `cpus`, when not empty, is the set the child binds itself to before exec.
   void spawn(const std::string& exe, int rank, const std::vector<std::string>& args,
-             const std::vector<std::string>& env, int netns_fd = -1) {
+             const std::vector<std::string>& env, int netns_fd, const CpuMask& cpus) {
     std::vector<char*> argv, envp;
     for (const auto& s : args) argv.push_back(const_cast<char*>(s.c_str()));
     argv.push_back(nullptr);
@@ -227,6 +238,8 @@ class RankProcesses {
     const pid_t launcher = getpid();
     const std::string no_netns =
         "cohort bench: rank " + std::to_string(rank) + " could not enter its host's namespace\n";
+    const std::string unbound =
+        "cohort bench: warning: rank " + std::to_string(rank) + " could not be bound to its CPUs\n";
     sigset_t none;
     sigemptyset(&none);
 
@@ -241,6 +254,9 @@ class RankProcesses {
       if (netns_fd >= 0 && setns(netns_fd, CLONE_NEWNET) != 0) {
         [[maybe_unused]] auto n = write(STDERR_FILENO, no_netns.data(), no_netns.size());
         _exit(126);
+      }
+      if (cpus.apply() != 0) {
+        [[maybe_unused]] auto n = write(STDERR_FILENO, unbound.data(), unbound.size());
       }
       execve(exe.c_str(), argv.data(), envp.data());
       _exit(127);
@@ -378,9 +394,11 @@ class Printer {
     }
     auto j = nlohmann::json::parse(json_line);
     if (!header_) {
-      std::printf("allreduce  library=cohort  transport=%s  ranks=%d  algorithm=%s  dtype=f32\n",
-                  j.value("transport", std::string("?")).c_str(), o_.ranks,
-                  std::string(comm::algorithm_name(o_.algorithm)).c_str());
+      std::printf(
+          "allreduce  library=cohort  transport=%s  ranks=%d  algorithm=%s  dtype=f32  "
+          "cpus/rank=%d\n",
+          j.value("transport", std::string("?")).c_str(), o_.ranks,
+          std::string(comm::algorithm_name(o_.algorithm)).c_str(), j.value("cpus_per_rank", 0));
       std::printf("%12s %14s %12s %12s %8s\n", "size", "time_us", "algbw_GB/s", "busbw_GB/s",
                   "iters");
       header_ = true;
@@ -397,17 +415,31 @@ class Printer {
   bool header_ = false;
 };
 
-std::vector<std::string> worker_args(const Args& a, int rank, const std::string& store) {
+// `host_cpus` > 0: the ranks are bound to shares of that many CPUs (CommConfig::host_cpus).
+std::vector<std::string> worker_args(const Args& a, int rank, const std::string& store,
+                                     int host_cpus) {
   std::vector<std::string> args = {"cohort", "bench", "allreduce"};
   for (const auto& flag : kValueFlags) {
-    if (flag == "worker-rank" || flag == "store") continue;
+    if (flag == "worker-rank" || flag == "store" || flag == "host-cpus") continue;
     if (auto v = a.get(flag)) {
       args.push_back("--" + flag);
       args.push_back(*v);
     }
   }
   args.insert(args.end(), {"--worker-rank", std::to_string(rank), "--store", store});
+  if (host_cpus > 0) args.insert(args.end(), {"--host-cpus", std::to_string(host_cpus)});
   return args;
+}
+
+// The CPUs of each rank: every rank of this launcher runs on this machine (the namespaces of
+// --hosts included), so they share out the CPUs this process may use; none when oversubscribed.
+std::vector<CpuMask> rank_cpus(const BenchOptions& o) {
+  std::vector<CpuMask> masks(static_cast<size_t>(o.ranks));
+  const std::vector<int> cpus = allowed_cpus();
+  if (!o.bind_to_cpus || o.ranks < 2 || o.ranks > static_cast<int>(cpus.size())) return masks;
+  for (int r = 0; r < o.ranks; ++r)
+    masks[static_cast<size_t>(r)] = CpuMask(cpu_share(cpus, r, o.ranks));
+  return masks;
 }
 
 int launch(const Args& a, const BenchOptions& o) {
@@ -432,9 +464,12 @@ int launch(const Args& a, const BenchOptions& o) {
   // The hosts' namespaces, opened before any fork (the children may only call setns).
   NamespaceFiles netns(o.hosts);
   const std::string exe = rank_binary();
+  const std::vector<CpuMask> cpus = rank_cpus(o);
+  const int host_cpus = cpus.front().empty() ? 0 : allowed_cpu_count();
   for (int r = 0; r < o.ranks; ++r) {
     const int fd = o.hosts.empty() ? -1 : netns.fd(bench_host_of(o, r));
-    procs.spawn(exe, r, worker_args(a, r, endpoint), env, fd);
+    procs.spawn(exe, r, worker_args(a, r, endpoint, host_cpus), env, fd,
+                cpus[static_cast<size_t>(r)]);
   }
 
   Printer printer(o);

@@ -59,6 +59,9 @@ struct Result {
   // Communicator setup, the slowest rank's: from its start (store or launcher connection
   // included) until it could run a collective. Negative: not measured.
   double setup_ms = -1;
+  // How many CPUs rank 0 could run on (its affinity mask: 1 where each rank was bound to a CPU of
+  // its own, as mpirun binds). 0: not reported.
+  int cpus_per_rank = 0;
 
   double algbw_gbps() const { return time_us > 0 ? bytes / (time_us * 1e-6) / 1e9 : 0; }
   double busbw_gbps() const { return ranks > 0 ? algbw_gbps() * 2.0 * (ranks - 1) / ranks : 0; }
@@ -85,6 +88,11 @@ inline std::string to_json(const Result& r) {
   }
   if (r.setup_ms >= 0) {
     std::snprintf(buf, sizeof(buf), ",\"setup_ms\":%.3f}", r.setup_ms);
+    out.pop_back();
+    out += buf;
+  }
+  if (r.cpus_per_rank > 0) {
+    std::snprintf(buf, sizeof(buf), ",\"cpus_per_rank\":%d}", r.cpus_per_rank);
     out.pop_back();
     out += buf;
   }

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "cohort/base/clock.h"
+#include "cohort/base/cpu_binding.h"
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
 #include "cohort/comm/communicator.h"
@@ -90,6 +91,7 @@ class Worker {
       config.shm_single_copy_bytes = static_cast<size_t>(o_.single_copy_bytes);
     }
     config.transport = o_.transport;
+    config.host_cpus = o_.host_cpus;
     config.integrity = o_.integrity;
     if (!o_.hosts.empty()) config.bind_host = o_.hosts[bench_host_of(o_, rank_)].addr;
     comm_ = comm::Communicator::create(store_, config);
@@ -145,7 +147,8 @@ class Worker {
                       .integrity = o_.integrity == comm::Integrity::None
                                        ? ""
                                        : std::string(comm::integrity_name(o_.integrity)),
-                      .setup_ms = setup_ms_};
+                      .setup_ms = setup_ms_,
+                      .cpus_per_rank = allowed_cpu_count()};
       store_.set(bench_result_key(index), store::to_bytes(bench::to_json(r)));
     }
   }

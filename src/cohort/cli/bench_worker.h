@@ -49,6 +49,11 @@ struct BenchOptions {
   comm::Transport transport = comm::Transport::Auto;
   comm::Integrity integrity = comm::Integrity::None;
   bool json = false;
+  // Each rank bound to its own share of this process's CPUs when there are at most as many ranks
+  // as CPUs (base/cpu_binding.h, mpirun's default); false: every rank unbound.
+  bool bind_to_cpus = true;
+  // The CPUs the launcher shared out among bound ranks (CommConfig::host_cpus); 0: not bound.
+  int host_cpus = 0;
   FaultDrill fault;
   // Where the launcher's store listens (the ranks dial it); with `hosts`, an address of the
   // launcher's own namespace that the hosts' namespaces reach.

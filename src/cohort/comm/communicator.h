@@ -83,9 +83,14 @@ struct CommConfig {
   // An operation of at most `hand_off_bytes` that waits for its sockets polls them for up to
   // `spin_wait` before it sleeps: its peer's reply then costs no thread wake-up. Only when this
   // host has a CPU for each of the ranks on it (counted from the mesh's local connections and
-  // this process's CPU affinity); with more ranks than CPUs, spinning would take the CPU from the
-  // rank that is to send the data. Zero: never spin.
+  // this process's CPU affinity, or `host_cpus`); with more ranks than CPUs, spinning would take
+  // the CPU from the rank that is to send the data. Zero: never spin.
   std::chrono::microseconds spin_wait{20};
+  // How many CPUs the ranks of this host share among them. Zero: this process's affinity mask,
+  // right for ranks that are not bound; a launcher that binds each rank to its own share of the
+  // CPUs (base/cpu_binding.h) says how many it shared out, since a rank's own mask then holds
+  // only its share.
+  int host_cpus = 0;
   // Where this host has fewer CPUs than ranks (no spin_wait), a wait on a shared-memory pair
   // polls it, calling sched_yield between polls, for up to `yield_wait` before it sleeps: the
   // peer it waits for copies the data with its own CPU time, which the yield hands it, and a

@@ -1,6 +1,5 @@
 #include "cohort/comm/tcp_communicator.h"
 
-#include <sched.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -8,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "cohort/base/cpu_binding.h"
 #include "cohort/base/error.h"
 #include "cohort/comm/reduce.h"
 
@@ -18,12 +18,10 @@ namespace {
 // (at most 2 s), plus the store round trips.
 constexpr Millis kDiagnosisBound{3000};
 
-// CPUs this process may run on (its affinity mask; cgroup cpusets narrow it too).
-int usable_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+// CPUs the ranks of this host share: what their launcher says it shared out among them, else this
+// process's affinity mask (cgroup cpusets narrow it too).
+int usable_cpus(const CommConfig& config) {
+  return config.host_cpus > 0 ? config.host_cpus : allowed_cpu_count();
 }
 
 std::string join(const std::vector<int>& ranks) {
@@ -105,8 +103,9 @@ TcpCommunicator::TcpCommunicator(store::Store& store, const CommConfig& config,
       runner_(std::make_shared<Runner>(this)),
       hand_off_delay_(config.hand_off_delay),
       hand_off_delay_max_(std::max(config.hand_off_delay, config.hand_off_delay_max)),
-      spin_(mesh_->size() > 1 && mesh_->ranks_on_this_host() <= usable_cpus() ? config.spin_wait
-                                                                              : Clock::duration{}),
+      spin_(mesh_->size() > 1 && mesh_->ranks_on_this_host() <= usable_cpus(config)
+                ? config.spin_wait
+                : Clock::duration{}),
       max_ranks_per_host_(most_ranks_on_a_host(*mesh_)) {
   recorder_->restart();
   thread_ = std::thread([this] { loop(); });
@@ -223,8 +222,7 @@ std::shared_ptr<Work> TcpCommunicator::allreduce(Buffer buf, const AllreduceOpti
   shape.detail = static_cast<int>(op);
   return enqueue(
       OpKind::Allreduce, buf.dtype, buf.bytes(), opts.timeout,
-      [buf, algo, op](OpContext& ctx) { allreduce_with(ctx, buf, op, algo); },
-      0, -1, "", &shape);
+      [buf, algo, op](OpContext& ctx) { allreduce_with(ctx, buf, op, algo); }, 0, -1, "", &shape);
 }
 
 // reduce_scatter and allgather: `whole` holds size() blocks of `block`'s shape and type.
