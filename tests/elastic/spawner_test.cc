@@ -83,8 +83,10 @@ TEST_F(SpawnerTest, AForkedWorkerIsTheLaunchersChildAndOutlivesTheSpawner) {
   spawner.reset();  // the spawner ends with its channel; what it forked does not
   EXPECT_EQ(::kill(spawner_pid, 0), -1);
   EXPECT_FALSE(w.poll().has_value()) << read(dir_ / "b.log");
-  const ExitStatus st = w.terminate(std::chrono::seconds(1));  // signalled and reaped by us
-  EXPECT_NE(st.signal, 0) << st.describe();
+  // Signalled and reaped by us: the SIGTERM ends it (a server still joining its job stops at
+  // once with status 0; killed by it if it came before the handler), not the SIGKILL after it.
+  const ExitStatus st = w.terminate(std::chrono::seconds(5));
+  EXPECT_TRUE(st.signal == SIGTERM || (st.signal == 0 && st.code == 0)) << st.describe();
 }
 
 // A spawner that died is an error at once (cohort run then starts workers with their own exec),
