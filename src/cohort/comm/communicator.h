@@ -91,12 +91,14 @@ struct CommConfig {
   // CPUs (base/cpu_binding.h) says how many it shared out, since a rank's own mask then holds
   // only its share.
   int host_cpus = 0;
-  // Where this host has fewer CPUs than ranks (no spin_wait), a wait on a shared-memory pair
-  // polls it, calling sched_yield between polls, for up to `yield_wait` before it sleeps: the
-  // peer it waits for copies the data with its own CPU time, which the yield hands it, and a
-  // sleep would cost a doorbell and two context switches per ring's worth of data (measured on 4
-  // ranks over 2 CPUs: 4 KiB allreduce 77 µs sleeping, 12 µs yielding for up to 100 µs). Zero:
-  // sleep at once.
+  // Where this host has fewer CPUs than ranks (no spin_wait), a wait on a shared-memory pair, and
+  // an operation of at most `hand_off_bytes` waiting on TCP, polls, calling sched_yield between
+  // polls, for up to `yield_wait` before it sleeps: the peer it waits for copies the data (or
+  // writes its reply) with its own CPU time, which the yield hands it, and a sleep would cost a
+  // doorbell and two context switches per ring's worth of data (measured on 4 ranks over 2 CPUs:
+  // 4 KiB allreduce over shared memory 77 µs sleeping, 12 µs yielding for up to 100 µs; over TCP
+  // 112-117 µs sleeping, 90-95 µs yielding, and 64 KiB 211-225 against 129-138 µs). Zero: sleep
+  // at once.
   std::chrono::microseconds yield_wait{100};
   // send/recv messages that arrive from one peer before their recv is issued are kept for it, up
   // to this many bytes in all (per peer). A peer that sends more before this rank posts the

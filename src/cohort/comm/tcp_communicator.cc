@@ -155,11 +155,16 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype, size_t 
   // A large operation does not spin on TCP, where the kernel moves its bytes and a spinning
   // thread would only take a CPU from the caller's computation; on shared memory its peer moves
   // them, and a wait that sleeps costs a doorbell and a wake-up per ring's worth of data.
-  op.spin = Spin{.tcp = bytes <= config_.hand_off_bytes ? spin_ : std::chrono::nanoseconds{0},
-                 .shm = spin_};
-  // Oversubscribed: shared-memory waits poll and yield the CPU in turn, so that the rank they
-  // wait for (which must copy the data itself) gets to run.
-  if (spin_.count() == 0) op.spin = Spin{.shm = config_.yield_wait, .yield = true};
+  const bool small = bytes <= config_.hand_off_bytes;
+  op.spin = Spin{.tcp = small ? spin_ : std::chrono::nanoseconds{0}, .shm = spin_};
+  // Oversubscribed: waits poll and yield the CPU in turn, so that the rank they wait for gets to
+  // run: on shared memory it must copy the data itself; over TCP a small operation's peer is as
+  // likely to be one of this host's ranks waiting for a CPU to write its reply.
+  if (spin_.count() == 0) {
+    op.spin = Spin{.tcp = small ? config_.yield_wait : std::chrono::nanoseconds{0},
+                   .shm = config_.yield_wait,
+                   .yield = true};
+  }
   std::exception_ptr fatal;
   std::shared_ptr<Work> work;
   bool wake = false;
