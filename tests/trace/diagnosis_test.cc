@@ -233,10 +233,44 @@ TEST(Diagnosis, EstimatesWhatSspWouldChange) {
   auto transient = diagnose_run(moving, facts(), {});
   ASSERT_TRUE(transient.ssp);
   EXPECT_NEAR(transient.ssp->measured_s, 0.054, 1e-5);
-  EXPECT_NEAR(transient.ssp->ssp_s, (0.012 + 0.012 + 0.052 + 3 * 0.002) / 3, 2e-3);
+  // Each fast rank also waits for the slow one's gradient, up to half its own mean step (27.3 ms):
+  // more than the 27.3 ms a step of going at its own pace, less than allreduce's 54.
+  EXPECT_EQ(transient.ssp->fresh_wait, 0.5);
+  EXPECT_GT(transient.ssp->ssp_s, (0.012 + 0.012 + 0.052 + 3 * 0.002) / 3 + 2e-3);
+  EXPECT_LT(transient.ssp->ssp_s, 0.054 / 1.25);
   EXPECT_TRUE(contains(transient.recommendations, "with sync.mode: ssp, sync.staleness: 3"))
       << joined(transient.recommendations);
+  EXPECT_TRUE(contains(transient.recommendations, "sync.fresh_wait: 0.5"))
+      << joined(transient.recommendations);
   EXPECT_TRUE(transient.to_json().contains("ssp_estimate"));
+  EXPECT_EQ(transient.to_json()["ssp_estimate"]["fresh_wait"], 0.5);
+}
+
+// The fresh wait by hand: 2 ranks take turns at being slow (30 ms against 10 ms of work, 2 ms of
+// exchange; allreduce's step is 32 ms). With ssp each rank's mean step is 22 ms, so it waits up to
+// 11 ms for the other's gradient. In each pair of steps the slow rank pushes at 32 ms and the fast
+// one at 12 ms and waits until 23 ms; then the first pushes at 44 ms and waits for the second,
+// which pushes at 23 + 32 = 55 ms (44 + 11 = 55: the wait runs out at the same time). Both end
+// each pair at 55 ms: 27.5 ms a step, where going at its own pace without waiting gives 22.
+TEST(Diagnosis, SspEstimateWaitsForAFreshModelUpToFreshWait) {
+  std::vector<RankSteps> turns = run(2, 24, 0.0, 0.010, 0.002);
+  for (auto& r : turns) {
+    for (auto& st : r.steps) {
+      if (st.step % 2 != r.rank) continue;
+      st.compute_s += 0.020;
+      st.ready_us += 20000;
+    }
+  }
+  for (size_t i = 0; i < turns[0].steps.size(); ++i) {
+    for (auto& r : turns) {
+      auto& st = r.steps[i];
+      st.sync_s = 0.030 - st.busy_s() + 0.002;
+    }
+  }
+  auto d = diagnose_run(turns, facts(), {});
+  ASSERT_TRUE(d.ssp);
+  EXPECT_NEAR(d.ssp->measured_s, 0.032, 1e-5);
+  EXPECT_NEAR(d.ssp->ssp_s, 0.0275, 1e-4) << d.ssp->steps << " steps";
 }
 
 TEST(Diagnosis, FailedAndHungRunsLeadWithTheirCause) {

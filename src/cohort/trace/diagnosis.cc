@@ -84,11 +84,19 @@ std::optional<LocalSgdEstimate> estimate_local_sgd(
   return e;
 }
 
-// SspEstimate over the steps every rank reported, in order.
+// SspEstimate over the steps every rank reported, in order. A rank's step k ends when it has
+// pushed clock k (its own work and one exchange after its previous step, and not before every
+// rank finished step k - staleness - 1); the servers then hold its answer until every rank has
+// pushed clock k, for at most fresh_wait of its own mean step (sync.fresh_wait).
 std::optional<SspEstimate> estimate_ssp(const std::map<int64_t, std::map<int, StepRecord>>& common,
-                                        double comm_s, int64_t staleness) {
+                                        double comm_s, int64_t staleness, double fresh_wait) {
   if (common.empty()) return std::nullopt;
-  SspEstimate e{.staleness = staleness};
+  SspEstimate e{.staleness = staleness, .fresh_wait = fresh_wait};
+  std::map<int, double> own_step;  // rank -> its mean step without waiting: what fresh_wait scales
+  for (const auto& [step, recs] : common) {
+    for (const auto& [rank, rec] : recs) own_step[rank] += rec.busy_s() + comm_s;
+  }
+  for (auto& [rank, s] : own_step) s /= static_cast<double>(common.size());
   std::map<int, std::vector<double>> end;  // rank -> when each of its steps ends
   double measured = 0;
   for (const auto& [step, recs] : common) {
@@ -98,12 +106,18 @@ std::optional<SspEstimate> estimate_ssp(const std::map<int64_t, std::map<int, St
     if (k >= static_cast<size_t>(staleness) + 1) {
       for (const auto& [rank, ends] : end) gate = std::max(gate, ends[k - staleness - 1]);
     }
+    std::map<int, double> pushed;
+    double complete = 0;  // when the last rank pushed clock k
     double longest = 0;
     for (const auto& [rank, rec] : recs) {
-      std::vector<double>& ends = end[rank];
+      const std::vector<double>& ends = end[rank];
       const double own = ends.empty() ? 0 : ends.back();
-      ends.push_back(std::max(own, gate) + rec.busy_s() + comm_s);
+      pushed[rank] = std::max(own, gate) + rec.busy_s() + comm_s;
+      complete = std::max(complete, pushed[rank]);
       longest = std::max(longest, rec.step_s());
+    }
+    for (const auto& [rank, at] : pushed) {
+      end[rank].push_back(std::max(at, std::min(at + fresh_wait * own_step[rank], complete)));
     }
     measured += longest;
     ++e.steps;
@@ -219,7 +233,7 @@ Diagnosis diagnose_run(const std::vector<RankSteps>& ranks, const JobFacts& job,
   d.stragglers = find_stragglers(busy, job.straggler);
   if (job.sync_mode == "allreduce" && by_rank.size() > 1) {
     d.local_sgd = estimate_local_sgd(common, d.mean.comm_s, 8);
-    d.ssp = estimate_ssp(common, d.mean.comm_s, 3);
+    d.ssp = estimate_ssp(common, d.mean.comm_s, 3, SspEstimate{}.fresh_wait);
   }
 
   // Findings: the numbers, in words.
@@ -367,11 +381,13 @@ std::vector<std::string> recommendations(const Diagnosis& d) {
   if (const auto& e = d.ssp; e && e->speedup() >= 1.25 && wait >= 0.2) {
     out.push_back(strf(
         "ranks wait %s of each step for one another: with sync.mode: ssp, sync.staleness: %lld "
-        "and parameter_servers, its measured step times give %.1f ms per step instead of %.1f "
-        "ms (%.2fx), as a rank that is slow for a few steps holds the others back only once it "
-        "is %lld steps behind; %s. Stale gradients may need more steps to the same accuracy",
-        pct(wait).c_str(), static_cast<long long>(e->staleness), 1e3 * e->ssp_s,
-        1e3 * e->measured_s, e->speedup(), static_cast<long long>(e->staleness),
+        "(sync.fresh_wait: %g) and parameter_servers, its measured step times give %.1f ms per "
+        "step instead of %.1f ms (%.2fx), as a rank that is slow for a few steps holds the "
+        "others back only once it is %lld steps behind, and the others wait for its gradient "
+        "for at most %g of their step; %s. Stale gradients may need more steps to the same "
+        "accuracy",
+        pct(wait).c_str(), static_cast<long long>(e->staleness), e->fresh_wait, 1e3 * e->ssp_s,
+        1e3 * e->measured_s, e->speedup(), static_cast<long long>(e->staleness), e->fresh_wait,
         d.stragglers.empty() ? "slow spells that come and go are what it absorbs"
                              : "a persistent straggler still has all of its own steps to train"));
   }
@@ -420,6 +436,7 @@ json Diagnosis::to_json() const {
        {{"bytes", probe_bytes}, {"busbw_gbps", probe_busbw_gbps}, {"algorithm", probe_algorithm}}},
       {"stragglers", stragglers_json},
       {"ssp_estimate", ssp ? json{{"staleness", ssp->staleness},
+                                  {"fresh_wait", ssp->fresh_wait},
                                   {"steps", ssp->steps},
                                   {"measured_step_s", ssp->measured_s},
                                   {"ssp_step_s", ssp->ssp_s},

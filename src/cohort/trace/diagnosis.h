@@ -62,11 +62,16 @@ struct LocalSgdEstimate {
 // What ssp (parameter servers, bounded staleness) would have made of this run's measured steps
 // (an allreduce run): rank r may start step k once it finished step k - 1 and every rank finished
 // step k - staleness - 1; each step takes the rank's measured busy time (data and compute) plus
-// one exchange (the run's mean communication per step). The job's time is the last rank's end:
+// one exchange (the run's mean communication per step), and then waits until every rank has
+// pushed step k, for at most fresh_wait of its own mean step (the servers hold its pull's answer
+// that long for a fresh model). The job's time is the last rank's end:
 // a persistent straggler still has all of its own steps to train, so bounded staleness absorbs
 // transient slowness, not a rank that is always slow. Convergence is not modelled.
 struct SspEstimate {
   int64_t staleness = 3;
+  // How long a rank's pull waits for the clock it pushed to complete, as a fraction of its own
+  // step (sync.fresh_wait; its default).
+  double fresh_wait = 0.5;
   int64_t steps = 0;
   double measured_s = 0;  // the mean step time as run
   double ssp_s = 0;       // the estimate per step
