@@ -20,12 +20,14 @@ using comm::Phase;
 using comm::testing::World;
 
 // Three ranks finish allreduce #1; ranks 0 and 1 enter allreduce #2 (labelled like a DDP bucket)
-// and time out, rank 2 is busy in backward of step 7 and never calls it.
+// and time out after the communicators' short timeout, rank 2 is busy in backward of step 7 and
+// never calls it. Allreduce #1, which also makes the ranks' connections, has a deadline of its
+// own long enough for a loaded machine.
 std::vector<RankInfo> one_rank_stays_away(World& world) {
   std::vector<RankInfo> infos(3);
   world.run([&](int r, Communicator& comm) {
     std::vector<float> a(100000, 1.0f);
-    comm.allreduce(Buffer{DType::F32, a.data(), a.size()})->wait();
+    comm.allreduce(Buffer{DType::F32, a.data(), a.size()}, {.timeout = 60s})->wait();
     comm.flight_recorder().set_activity(7, Phase::Backward);
     if (r != 2) {
       auto work = comm.allreduce(Buffer{DType::F32, a.data(), a.size()});
