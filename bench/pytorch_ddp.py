@@ -86,6 +86,19 @@ def make_model(name):
     raise SystemExit(f"unknown model {name}")
 
 
+def bind_to_share(local_rank, local_world):
+    """Every thread of this process onto a contiguous, disjoint share of the CPUs it may use, when
+    there are at most as many workers as CPUs (Cohort's base/cpu_binding.h, mpirun's default)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if local_world < 2 or local_world > len(cpus):
+        return
+    each, extra = divmod(len(cpus), local_world)
+    begin = local_rank * each + min(local_rank, extra)
+    share = cpus[begin:begin + each + (1 if local_rank < extra else 0)]
+    for tid in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(tid), share)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="cnn")
@@ -108,7 +121,14 @@ def main():
     p.add_argument("--memory-format", choices=["contiguous", "channels_last"],
                    default="contiguous")
     p.add_argument("--backend", choices=["gloo", "cohort"], default="gloo")
+    p.add_argument("--bind-to", choices=["none", "auto"], default="none",
+                   help="auto: each worker on its own share of the CPUs (by LOCAL_RANK), as "
+                        "mpirun binds its ranks and `cohort run` its workers; torchrun binds "
+                        "nothing (none, the default)")
     args = p.parse_args()
+    if args.bind_to == "auto":
+        bind_to_share(int(os.environ.get("LOCAL_RANK", "0")),
+                      int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     layout = (torch.channels_last if args.memory_format == "channels_last"
               else torch.contiguous_format)
 
@@ -218,6 +238,7 @@ def main():
         print(json.dumps({
             "library": "pytorch-ddp", "model": args.model, "workers": world,
             "memory_format": args.memory_format, "backend": args.backend,
+            "bind_to": args.bind_to, "cpus_per_worker": len(os.sched_getaffinity(0)),
             "samples": int(total.item()), "train_seconds": train_seconds,
             "samples_per_sec": total.item() / train_seconds,
             "test_accuracy": accuracy, "steps": step, "eval_seconds": eval_seconds,

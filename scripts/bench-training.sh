@@ -52,15 +52,23 @@ for ((round = 1; round <= ROUNDS; round++)); do
     layouts=contiguous
     if [[ $model != mlp ]]; then layouts="contiguous channels_last"; fi
     for n in $WORKERS; do
+      # PyTorch as torchrun runs it (unbound) and, on more than one worker, with each worker
+      # bound to its own CPUs as Cohort binds its workers by default: its best counts.
+      binds=none
+      if ((n > 1)); then binds="none auto"; fi
       for layout in $layouts; do
-        echo "bench-training: round $round/$ROUNDS, $model, $n worker(s): PyTorch DDP ($layout)"
-        wait_quiet "pytorch-ddp $model $layout $n r$round"
-        OMP_NUM_THREADS=1 /usr/bin/python3 -m torch.distributed.run --standalone \
-          --nproc_per_node "$n" --redirects 1 --tee 1 "$ROOT/bench/pytorch_ddp.py" \
-          --model "$model" --epochs "$EPOCHS" --batch-size 64 --lr 0.05 --momentum 0.9 --seed 0 \
-          --threads 1 --memory-format "$layout" 2>/dev/null |
-          sed -n 's/^\[default0\]://p' | grep '^{"library"' |
-          sed "s/^{/{\"round\": $round, /" >>"$RESULTS"
+        for bind in $binds; do
+          variant=$layout
+          if [[ $bind == auto ]]; then variant=$layout-bound; fi
+          echo "bench-training: round $round/$ROUNDS, $model, $n worker(s): PyTorch DDP ($variant)"
+          wait_quiet "pytorch-ddp $model $variant $n r$round"
+          OMP_NUM_THREADS=1 /usr/bin/python3 -m torch.distributed.run --standalone \
+            --nproc_per_node "$n" --redirects 1 --tee 1 "$ROOT/bench/pytorch_ddp.py" \
+            --model "$model" --epochs "$EPOCHS" --batch-size 64 --lr 0.05 --momentum 0.9 \
+            --seed 0 --threads 1 --memory-format "$layout" --bind-to "$bind" 2>/dev/null |
+            sed -n 's/^\[default0\]://p' | grep '^{"library"' |
+            sed "s/^{/{\"round\": $round, /" >>"$RESULTS"
+        done
       done
       echo "bench-training: round $round/$ROUNDS, $model, $n worker(s): Cohort"
       wait_quiet "cohort $model $n r$round"
@@ -92,6 +100,8 @@ BEGIN, END = "<!-- training:begin -->", "<!-- training:end -->"
 runs = [r for r in (json.loads(l) for l in open(results) if l.strip()) if "library" in r]
 busy = busy_labels(quiet_log)
 for r in runs:
+    if r.get("memory_format") and r.get("bind_to") == "auto":
+        r["memory_format"] += "-bound"
     layout = r.get("memory_format")
     r["busy"] = (" ".join([r["library"], r["model"]] + ([layout] if layout else []) +
                           [str(r["workers"]), "r%d" % r.get("round", 1)]) in busy)
@@ -136,7 +146,13 @@ lines = [BEGIN, "## Training: Cohort vs PyTorch DDP", "",
          "round's samples/s and, in brackets, the lowest and highest of its rounds (the median "
          "round's accuracy too). Ratios and scaling efficiencies are of medians." % max(
              (r["spread"][2] for r in rows), default=0), "",
-         "| model | workers | PyTorch DDP samples/s (NCHW / channels-last) | Cohort samples/s | "
+         "At 2 workers PyTorch also ran with each worker bound to its own CPU (`--bind-to auto` "
+         "of `bench/pytorch_ddp.py`: every thread of the process onto its share of the CPUs, by "
+         "LOCAL_RANK), as `cohort run` binds its local workers by default and mpirun its ranks; "
+         "torchrun binds nothing. PyTorch's best of its layouts and bindings is what Cohort is "
+         "compared with.", "",
+         "| model | workers | PyTorch DDP samples/s (NCHW / channels-last[ / NCHW bound / "
+         "channels-last bound]) | Cohort samples/s | "
          "Cohort / PyTorch's best | PyTorch scaling eff. | Cohort scaling eff. | "
          "PyTorch test acc. | Cohort test acc. |",
          "|---|---|---|---|---|---|---|---|---|"]
@@ -163,7 +179,9 @@ for m in models:
                 return "-"
             cell = sps(r)
             return "**%s**" % cell if len(both) > 1 and r is p else cell
-        pytorch = " / ".join(layout_cell(k) for k in ("contiguous", "channels_last") if k in both)
+        pytorch = " / ".join(layout_cell(k) for k in ("contiguous", "channels_last",
+                                                     "contiguous-bound", "channels_last-bound")
+                             if k in both)
         lines.append("| %s | %d | %s | %s | %s | %s | %s | %s | %s |" % (
             m, n, pytorch or "-", sps(c), ratio,
             eff(p, p1), eff(c, c1), f(p, "test_accuracy", "%.4f"), f(c, "test_accuracy", "%.4f")))

@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "cohort/base/cpu_binding.h"
 #include "files.h"
 #include "shell.h"
 
@@ -74,6 +75,30 @@ TEST(RunJob, TwoWorkersTrainTheCnnToTheTargetAccuracy) {
   EXPECT_GT(lines, 10);
   EXPECT_NE(r.output.find("test accuracy"), std::string::npos) << r.output;
   fs::remove_all(dir);
+}
+
+// Local workers run each on its own share of the CPUs while there are at most as many workers as
+// CPUs (mpirun's default binding); --bind-to none leaves them on every CPU. Each worker reports
+// how many CPUs its affinity mask holds.
+TEST(RunJob, LocalWorkersAreBoundToTheirOwnCpus) {
+  const std::vector<int> cpus = cohort::allowed_cpus();
+  if (cpus.size() < 2) GTEST_SKIP() << "this process may use one CPU only";
+  for (const std::string bind : {"auto", "none"}) {
+    auto dir = fresh_dir("bind-" + bind);
+    auto r = sh(cohort() + " run " + example("fashion-mlp.yaml") + " --run-dir " + dir.string() +
+                " --bind-to " + bind + " --set workers=2 --set train.max_steps=20");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto s = read_json(dir / "summary.json");
+    ASSERT_EQ(s["per_rank"].size(), 2u) << s.dump(2);
+    for (int rank = 0; rank < 2; ++rank) {
+      const size_t want = bind == "auto" ? cohort::cpu_share(cpus, rank, 2).size() : cpus.size();
+      EXPECT_EQ(s["per_rank"][rank]["cpus"], want) << bind << ", rank " << rank;
+    }
+    fs::remove_all(dir);
+  }
+  auto bad = sh(cohort() + " run " + example("fashion-mlp.yaml") + " --bind-to socket");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--bind-to"), std::string::npos) << bad.output;
 }
 
 TEST(RunJob, TwoWorkersTrainTheMlpToTheTargetAccuracy) {
@@ -338,9 +363,9 @@ TEST(RunJob, ResumeAndRunIdRefuseWhatTheyCannotGoOnWith) {
   std::ofstream(broken / "store.journal") << "";
   r = sh(cohort() + " run --resume " + broken.string());
   EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find((broken / "coordinator.json").string() +
-                          " is not a coordinator's record"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find((broken / "coordinator.json").string() + " is not a coordinator's record"),
+      std::string::npos)
       << r.output;
   EXPECT_FALSE(fs::exists(broken / "summary.json"));
 

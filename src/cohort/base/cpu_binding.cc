@@ -1,6 +1,7 @@
 #include "cohort/base/cpu_binding.h"
 
 #include <cerrno>
+#include <cstdlib>
 
 namespace cohort {
 
@@ -28,6 +29,14 @@ std::vector<int> cpu_share(const std::vector<int>& cpus, int index, int count) {
   const int begin = index * each + (index < extra ? index : extra);
   const int size = each + (index < extra ? 1 : 0);
   return {cpus.begin() + begin, cpus.begin() + begin + size};
+}
+
+int host_cpus_from_environment() {
+  const char* v = std::getenv(kHostCpusVariable);
+  if (v == nullptr) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return end != v && *end == '\0' && n > 0 && n <= CPU_SETSIZE ? static_cast<int>(n) : 0;
 }
 
 CpuMask::CpuMask(const std::vector<int>& cpus) {

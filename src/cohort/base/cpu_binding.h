@@ -26,6 +26,12 @@ int allowed_cpu_count();
 // unbound) when there are more processes than CPUs or `index` is not in [0, count).
 std::vector<int> cpu_share(const std::vector<int>& cpus, int index, int count);
 
+// The variable in which a launcher that bound this process to a share of the host's CPUs says
+// how many CPUs it shared out among the host's ranks (CommConfig::host_cpus).
+inline constexpr const char* kHostCpusVariable = "COHORT_HOST_CPUS";
+// Its value; 0 when unset or not a count of CPUs.
+int host_cpus_from_environment();
+
 // A set of CPUs made ready before fork(), which the child applies to itself with one system call
 // (async-signal-safe), before exec: every thread it ever starts inherits it.
 class CpuMask {

@@ -126,6 +126,9 @@ int usage(std::ostream& os, int code) {
         "                                     (local), a job step each in this Slurm allocation\n"
         "                                     (slurm; outside one, the job is submitted with\n"
         "                                     sbatch), or one mpirun (mpirun); docs/clusters.md\n"
+        "         --bind-to auto|none         auto: each local worker runs on its own share of\n"
+        "                                     the CPUs when there are at most as many workers as\n"
+        "                                     CPUs, as mpirun binds its ranks (default auto)\n"
         "         --launcher-arg ARG          an option for mpirun or sbatch (repeat it:\n"
         "                                     --launcher-arg --hostfile --launcher-arg hosts)\n"
         "         --resume RUN_DIR            go on with the job of RUN_DIR: re-adopt its workers\n"
@@ -149,7 +152,7 @@ int run_main(int argc, char** argv) {
   if (python_script_at(argc, argv) > 0) return run_python_main(argc, argv);
   Args args(argc, argv,
             {"set", "run-dir", "resume", "bind", "port", "token-file", "launcher", "launcher-arg",
-             "standby", "standby-wait", "run-id"},
+             "standby", "standby-wait", "run-id", "bind-to"},
             {"help", "external-workers"});
   if (args.has("help")) return usage(std::cout, 0);
   RunSettings settings;
@@ -163,6 +166,11 @@ int run_main(int argc, char** argv) {
   settings.run_dir = args.get_or("run-dir", "");
   settings.launcher = parse_launcher(args.get_or("launcher", "local"));
   settings.launcher_args = args.all("launcher-arg");
+  const std::string bind_to = args.get_or("bind-to", "auto");
+  if (bind_to != "auto" && bind_to != "none") {
+    throw ConfigError("--bind-to must be auto or none, got '" + bind_to + "'");
+  }
+  settings.bind_to_cpus = bind_to == "auto";
   // Workers on other nodes reach a coordinator that listens on every address.
   settings.bind =
       args.get_or("bind", settings.launcher == LauncherKind::Local ? "127.0.0.1" : "0.0.0.0");

@@ -18,6 +18,7 @@
 #include <set>
 
 #include "cohort/base/clock.h"
+#include "cohort/base/cpu_binding.h"
 #include "cohort/base/error.h"
 #include "cohort/base/file.h"
 #include "cohort/base/host.h"
@@ -88,6 +89,8 @@ class JobLaunch {
   void announce();
   void start_workers();
   pid_t spawn(int rank);
+  // A local worker's share of this machine's CPUs (RunSettings::bind_to_cpus).
+  void bind_to_share(elastic::SpawnOptions& how, int rank) const;
   // Whether a worker may still join: restarts left, or a replacement not yet admitted. Workers
   // started elsewhere (--external-workers) are never replaced by this launcher.
   bool joiners_possible();
@@ -364,6 +367,7 @@ pid_t JobLaunch::spawn(int r) {
                                               .log = log})
       : slurm_ ? slurm_worker(*slurm_, w, r)
                : local_worker(w, r);
+  if (!python_ && !slurm_) bind_to_share(how, r);
   // With the store in etcd the workers outlive this process: a standby takes them over; with
   // the embedded store, a coordinator started again with --resume (readopt.h).
   how.die_with_parent = !store::is_etcd(join_) && !readoptable_;
@@ -372,6 +376,15 @@ pid_t JobLaunch::spawn(int r) {
   pid_t pid = child.pid();
   workers_.emplace(r, std::move(child));
   return pid;
+}
+
+void JobLaunch::bind_to_share(elastic::SpawnOptions& how, int rank) const {
+  const auto workers = static_cast<int>(cfg_.workers);
+  const std::vector<int> cpus = allowed_cpus();
+  if (!settings_.bind_to_cpus || workers < 2 || workers > static_cast<int>(cpus.size())) return;
+  // A replacement takes the share of the rank it replaces.
+  how.cpus = cpu_share(cpus, rank % workers, workers);
+  how.env[kHostCpusVariable] = std::to_string(cpus.size());
 }
 
 bool JobLaunch::joiners_possible() {

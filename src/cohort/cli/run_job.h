@@ -22,7 +22,10 @@ struct RunSettings {
   // the start time), so that workers started beforehand know what to join.
   std::string run_id;
   LauncherKind launcher = LauncherKind::Local;  // what starts the workers (launchers.h)
-  std::vector<std::string> launcher_args;       // the user's options for mpirun or sbatch
+  // Local workers each bound to their own share of this machine's CPUs when there are at most as
+  // many workers as CPUs, as mpirun binds its ranks (--bind-to auto); false: unbound.
+  bool bind_to_cpus = true;
+  std::vector<std::string> launcher_args;  // the user's options for mpirun or sbatch
 };
 
 // The time now as a run directory's name ends: 20261204-031500.

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <thread>
 
+#include "cohort/base/cpu_binding.h"
 #include "cohort/base/error.h"
 
 extern char** environ;
@@ -70,6 +71,7 @@ ChildProcess ChildProcess::spawn(const SpawnOptions& options) {
       throw SystemError("open " + options.stderr_path, errno);
     }
   }
+  const CpuMask cpus(options.cpus);
   pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) throw SystemError("fork", errno);
@@ -87,6 +89,7 @@ ChildProcess ChildProcess::spawn(const SpawnOptions& options) {
       ::dup2(options.pass_fd, 3);  // the copy does not close on exec
     }
     reset_signals_in_child();
+    cpus.apply();  // an optimisation: a child the kernel does not bind runs unbound
     ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }

@@ -32,6 +32,9 @@ struct SpawnOptions {
   bool die_with_parent = true;
   // A descriptor the child keeps across exec, as its fd 3 (-1: none).
   int pass_fd = -1;
+  // The CPUs the child is bound to before it runs its command (base/cpu_binding.h); empty: it
+  // runs wherever this process may.
+  std::vector<int> cpus;
 };
 
 class ChildProcess {

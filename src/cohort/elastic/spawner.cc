@@ -15,6 +15,7 @@
 #include <thread>
 #include <variant>
 
+#include "cohort/base/cpu_binding.h"
 #include "cohort/base/error.h"
 
 namespace cohort::elastic {
@@ -73,6 +74,7 @@ std::vector<std::string> become_worker(const json& q, pid_t launcher) {
     ::setenv(k.c_str(), v.get<std::string>().c_str(), 1);
   ::unsetenv(kFdVariable);
   reset_signals_in_child();
+  if (q.contains("cpus")) CpuMask(q.at("cpus").get<std::vector<int>>()).apply();
   std::vector<std::string> args = q.at("args").get<std::vector<std::string>>();
   if (!args.empty()) ::prctl(PR_SET_NAME, ("cohort " + args.front()).c_str());
   return args;
@@ -157,7 +159,8 @@ ChildProcess Spawner::spawn(const SpawnOptions& options) {
                   {"env", options.env},
                   {"stdout", options.stdout_path},
                   {"stderr", options.stderr_path},
-                  {"die_with_parent", options.die_with_parent}};
+                  {"die_with_parent", options.die_with_parent},
+                  {"cpus", options.cpus}};
   std::lock_guard lock(mu_);
   send_message(fd_, q.dump());
   pollfd p{.fd = fd_, .events = POLLIN, .revents = 0};
@@ -197,6 +200,7 @@ std::optional<std::vector<std::string>> serve_spawns() {
       q.at("stdout").get<std::string>();
       q.at("stderr").get<std::string>();
       q.at("die_with_parent").get<bool>();
+      if (q.contains("cpus")) q.at("cpus").get<std::vector<int>>();
     } catch (const std::exception&) {
       send_message(fd, json{{"pid", -EINVAL}}.dump());
       continue;

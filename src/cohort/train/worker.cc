@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cohort/base/clock.h"
+#include "cohort/base/cpu_binding.h"
 #include "cohort/base/error.h"
 #include "cohort/base/file.h"
 #include "cohort/base/host.h"
@@ -99,23 +100,24 @@ int run_worker(const WorkerOptions& options) {
     auto ms = [](double s) { return std::chrono::milliseconds(static_cast<long>(s * 1000)); };
     const std::string run_dir = to_string(store->get(elastic::keys::kRunDir));
     elastic::WorkerAgent agent(
-        *store, {.store = options.join,
-                 .token = options.token,
-                 .rank = rank,
-                 .heartbeat = ms(cfg.elastic.heartbeat_s),
-                 // At least as long as the coordinator waits for the survivors and for joiners.
-                 .join_timeout = ms(cfg.elastic.join_timeout_s + 2 * cfg.elastic.failure_timeout_s),
-                 .coordinator_wait = coordinator_wait,
-                 .standby_dir = store::is_etcd(options.join) && cfg.coordinator.standby == "workers"
-                                    ? run_dir
-                                    : "",
-                 .comm = {.token = options.token,
-                          .bind_host = options.bind_host,
-                          .timeout = ms(cfg.comm.timeout_s),
-                          .flight_recorder = recorder,
-                          .check_collectives = cfg.debug.check_collectives,
-                          .transport = comm::parse_transport(cfg.comm.transport),
-                          .integrity = comm::parse_integrity(cfg.comm.integrity)}});
+        *store,
+        {.store = options.join,
+         .token = options.token,
+         .rank = rank,
+         .heartbeat = ms(cfg.elastic.heartbeat_s),
+         // At least as long as the coordinator waits for the survivors and for joiners.
+         .join_timeout = ms(cfg.elastic.join_timeout_s + 2 * cfg.elastic.failure_timeout_s),
+         .coordinator_wait = coordinator_wait,
+         .standby_dir =
+             store::is_etcd(options.join) && cfg.coordinator.standby == "workers" ? run_dir : "",
+         .comm = {.token = options.token,
+                  .bind_host = options.bind_host,
+                  .timeout = ms(cfg.comm.timeout_s),
+                  .flight_recorder = recorder,
+                  .check_collectives = cfg.debug.check_collectives,
+                  .host_cpus = host_cpus_from_environment(),
+                  .transport = comm::parse_transport(cfg.comm.transport),
+                  .integrity = comm::parse_integrity(cfg.comm.integrity)}});
 
     TrainerContext ctx{
         .config = cfg,
@@ -133,6 +135,7 @@ int run_worker(const WorkerOptions& options) {
     json summary = train(ctx);
     summary["host"] = host_name();
     summary["pid"] = ::getpid();
+    summary["cpus"] = allowed_cpu_count();  // its affinity mask: a share where cohort run bound it
     status["state"] = "finished";
     status.erase("time");
     publish_status(status);
