@@ -151,8 +151,7 @@ lines = [BEGIN, "## Training: Cohort vs PyTorch DDP", "",
          "LOCAL_RANK), as `cohort run` binds its local workers by default and mpirun its ranks; "
          "torchrun binds nothing. PyTorch's best of its layouts and bindings is what Cohort is "
          "compared with.", "",
-         "| model | workers | PyTorch DDP samples/s (NCHW / channels-last[ / NCHW bound / "
-         "channels-last bound]) | Cohort samples/s | "
+         "| model | workers | PyTorch DDP samples/s (its layouts and bindings) | Cohort samples/s | "
          "Cohort / PyTorch's best | PyTorch scaling eff. | Cohort scaling eff. | "
          "PyTorch test acc. | Cohort test acc. |",
          "|---|---|---|---|---|---|---|---|---|"]
@@ -173,11 +172,15 @@ for m in models:
         if p and c and (p["busy"] or c["busy"]):
             ratio = "%.2f× (busy)" % (c["samples_per_sec"] / p["samples_per_sec"])
         both = layouts.get((m, n), {})
+        labels = {"contiguous": "NCHW", "channels_last": "channels-last",
+                  "contiguous-bound": "NCHW bound", "channels_last-bound": "channels-last bound"}
         def layout_cell(name):
             r = both.get(name)
             if not r:
                 return "-"
             cell = sps(r)
+            if len(both) > 1:
+                cell = labels[name] + " " + cell
             return "**%s**" % cell if len(both) > 1 and r is p else cell
         pytorch = " / ".join(layout_cell(k) for k in ("contiguous", "channels_last",
                                                      "contiguous-bound", "channels_last-bound")
