@@ -94,6 +94,24 @@ JobFacts facts(const std::string& compression = "none") {
           .straggler = {.margin = 0.25, .window = 10}};
 }
 
+// Transient stragglers: like run(), but at each step one rank (step % world) computes `extra` s
+// longer, and every rank's sync waits for that step's slowest before its `comm` s of exchange.
+std::vector<RankSteps> in_turns(int world, int steps, double data, double compute, double extra,
+                                double comm) {
+  std::vector<RankSteps> ranks = run(world, steps, data, compute, comm);
+  for (auto& r : ranks) {
+    for (auto& st : r.steps) {
+      if (st.step % world != r.rank) continue;
+      st.compute_s += extra;
+      st.ready_us += static_cast<int64_t>(extra * 1e6);
+    }
+  }
+  for (auto& r : ranks) {
+    for (auto& st : r.steps) st.sync_s = data + compute + extra - st.busy_s() + comm;
+  }
+  return ranks;
+}
+
 TEST(Diagnosis, SplitsSyncIntoWaitingForPeersAndCommunication) {
   // Rank 1 computes 50 ms, the others 10 ms; the exchange itself takes 5 ms after the last.
   auto d = diagnose_run(run(3, 30, 0.002, 0.010, 0.005, 1, 0.050), facts(), {});
@@ -174,20 +192,7 @@ TEST(Diagnosis, EstimatesWhatLocalSgdWouldChange) {
 
   // Transient stragglers: each step another rank is 40 ms slower; a period's busiest rank is
   // slow one step in three, so local SGD waits far less than every step's slowest.
-  std::vector<RankSteps> moving = run(3, 24, 0.002, 0.010, 0.002);
-  for (auto& r : moving) {
-    for (auto& s : r.steps) {
-      if (s.step % 3 != r.rank) continue;
-      s.compute_s += 0.040;
-      s.ready_us += 40000;
-    }
-  }
-  for (size_t i = 0; i < moving[0].steps.size(); ++i) {  // everyone waits for that step's slowest
-    for (auto& r : moving) {
-      auto& s = r.steps[i];
-      s.sync_s = 0.052 - s.busy_s() + 0.002;
-    }
-  }
+  std::vector<RankSteps> moving = in_turns(3, 24, 0.002, 0.010, 0.040, 0.002);
   auto transient = diagnose_run(moving, facts(), {});
   ASSERT_TRUE(transient.local_sgd);
   EXPECT_NEAR(transient.local_sgd->measured_s, 0.054, 1e-5);
@@ -216,20 +221,7 @@ TEST(Diagnosis, EstimatesWhatSspWouldChange) {
   // Transient stragglers: each step another rank is 40 ms slower. Allreduce waits for that rank
   // every step (54 ms a step); with a staleness of 3 every rank goes at its own mean pace, 12, 12
   // and 52 ms of work plus 2 ms of exchange per three steps.
-  std::vector<RankSteps> moving = run(3, 24, 0.002, 0.010, 0.002);
-  for (auto& r : moving) {
-    for (auto& st : r.steps) {
-      if (st.step % 3 != r.rank) continue;
-      st.compute_s += 0.040;
-      st.ready_us += 40000;
-    }
-  }
-  for (size_t i = 0; i < moving[0].steps.size(); ++i) {
-    for (auto& r : moving) {
-      auto& st = r.steps[i];
-      st.sync_s = 0.052 - st.busy_s() + 0.002;
-    }
-  }
+  std::vector<RankSteps> moving = in_turns(3, 24, 0.002, 0.010, 0.040, 0.002);
   auto transient = diagnose_run(moving, facts(), {});
   ASSERT_TRUE(transient.ssp);
   EXPECT_NEAR(transient.ssp->measured_s, 0.054, 1e-5);
@@ -253,20 +245,7 @@ TEST(Diagnosis, EstimatesWhatSspWouldChange) {
 // which pushes at 23 + 32 = 55 ms (44 + 11 = 55: the wait runs out at the same time). Both end
 // each pair at 55 ms: 27.5 ms a step, where going at its own pace without waiting gives 22.
 TEST(Diagnosis, SspEstimateWaitsForAFreshModelUpToFreshWait) {
-  std::vector<RankSteps> turns = run(2, 24, 0.0, 0.010, 0.002);
-  for (auto& r : turns) {
-    for (auto& st : r.steps) {
-      if (st.step % 2 != r.rank) continue;
-      st.compute_s += 0.020;
-      st.ready_us += 20000;
-    }
-  }
-  for (size_t i = 0; i < turns[0].steps.size(); ++i) {
-    for (auto& r : turns) {
-      auto& st = r.steps[i];
-      st.sync_s = 0.030 - st.busy_s() + 0.002;
-    }
-  }
+  std::vector<RankSteps> turns = in_turns(2, 24, 0.0, 0.010, 0.020, 0.002);
   auto d = diagnose_run(turns, facts(), {});
   ASSERT_TRUE(d.ssp);
   EXPECT_NEAR(d.ssp->measured_s, 0.032, 1e-5);
