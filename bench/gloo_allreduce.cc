@@ -20,7 +20,6 @@
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -38,6 +37,7 @@
 #include <vector>
 
 #include "cohort/cli/bench_method.h"
+#include "cpus_of_this_process.h"
 
 namespace {
 
@@ -142,14 +142,9 @@ std::unique_ptr<gloo::Algorithm> make_allreduce(const std::string& algo,
   return std::make_unique<gloo::AllreduceHalvingDoubling<float>>(ctx, ptrs, count);
 }
 
-// The CPUs this rank may run on. The ranks are not bound: bound to a CPU each, Gloo's current
-// API (whose device thread then shares its caller's CPU) took 4 ms per 4 KiB allreduce here, and
-// its users (PyTorch's ProcessGroupGloo under torchrun) run unbound.
-int cpus_of_this_rank() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
-}
+// The ranks are not bound: bound to a CPU each, Gloo's current API (whose device thread then
+// shares its caller's CPU) took 4 ms per 4 KiB allreduce here, and its users (PyTorch's
+// ProcessGroupGloo under torchrun) run unbound.
 
 // Element-wise max across ranks, with Gloo itself.
 void max_across_ranks(const std::shared_ptr<gloo::Context>& ctx, std::vector<double>& v) {
@@ -207,7 +202,7 @@ int run_rank(const Options& o, int rank, const std::string& store_dir) {
                      .mean_us = m.mean_us,
                      .iters = m.iters,
                      .setup_ms = setup[0],
-                     .cpus_per_rank = cpus_of_this_rank()};
+                     .cpus_per_rank = cpus_of_this_process()};
         std::printf("%s\n", cb::to_json(r).c_str());
         std::fflush(stdout);
       }

@@ -11,7 +11,6 @@
 // mpirun's --mca btl. Rank 0 prints one JSON line per size in the same shape as
 // `cohort bench allreduce --json`.
 #include <mpi.h>
-#include <sched.h>
 
 #include <chrono>
 #include <cstdio>
@@ -20,18 +19,11 @@
 #include <vector>
 
 #include "cohort/cli/bench_method.h"
+#include "cpus_of_this_process.h"
 
 namespace {
 
 double g_setup_ms = -1;  // MPI_Init's time on the slowest rank
-
-// The CPUs this rank may run on: 1 where mpirun bound it to a core (its default for at most as
-// many ranks as cores), all of them where it did not.
-int cpus_of_this_rank() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
-}
 
 namespace cb = cohort::bench;
 
@@ -93,7 +85,7 @@ int run(int argc, char** argv, int rank, int size) {
                    .mean_us = m.mean_us,
                    .iters = m.iters,
                    .setup_ms = g_setup_ms,
-                   .cpus_per_rank = cpus_of_this_rank()};
+                   .cpus_per_rank = cpus_of_this_process()};
       std::printf("%s\n", cb::to_json(r).c_str());
       std::fflush(stdout);
     }

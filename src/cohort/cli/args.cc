@@ -34,7 +34,9 @@ Args::Args(int argc, char** argv, std::set<std::string> value_flags,
   }
 }
 
-bool Args::has(const std::string& flag) const { return values_.count(flag) > 0; }
+bool Args::has(const std::string& flag) const {
+  return values_.count(flag) > 0;
+}
 
 std::optional<std::string> Args::get(const std::string& flag) const {
   auto it = values_.find(flag);
@@ -62,6 +64,13 @@ long Args::get_int(const std::string& flag, long fallback) const {
   } catch (const std::exception&) {
     throw ConfigError("--" + flag + ": expected an integer, got '" + *v + "'");
   }
+}
+
+bool bind_to_cpus(const Args& args) {
+  const std::string v = args.get_or("bind-to", "auto");
+  if (v != "auto" && v != "none")
+    throw ConfigError("--bind-to must be auto or none, got '" + v + "'");
+  return v == "auto";
 }
 
 }  // namespace cohort::cli

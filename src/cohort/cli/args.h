@@ -18,7 +18,7 @@ class Args {
   bool has(const std::string& flag) const;
   std::optional<std::string> get(const std::string& flag) const;  // the last occurrence
   std::string get_or(const std::string& flag, const std::string& fallback) const;
-  std::vector<std::string> all(const std::string& flag) const;    // every occurrence, in order
+  std::vector<std::string> all(const std::string& flag) const;  // every occurrence, in order
   long get_int(const std::string& flag, long fallback) const;
   const std::vector<std::string>& positionals() const { return positionals_; }
 
@@ -26,5 +26,8 @@ class Args {
   std::map<std::string, std::vector<std::string>> values_;
   std::vector<std::string> positionals_;
 };
+
+// The launchers' --bind-to auto|none (base/cpu_binding.h): true for auto, the default.
+bool bind_to_cpus(const Args& args);
 
 }  // namespace cohort::cli

@@ -159,11 +159,7 @@ BenchOptions parse_options(const Args& a) {
   o.integrity = comm::parse_integrity(a.get_or("integrity", "none"));
   o.json = a.has("json");
   o.bind_host = a.get_or("bind", "127.0.0.1");
-  const std::string bind_to = a.get_or("bind-to", "auto");
-  if (bind_to != "auto" && bind_to != "none") {
-    throw ConfigError("--bind-to must be auto or none, got '" + bind_to + "'");
-  }
-  o.bind_to_cpus = bind_to == "auto";
+  o.bind_to_cpus = bind_to_cpus(a);
   o.host_cpus = int_in("host-cpus", 0, 0, CPU_SETSIZE);
   if (auto h = a.get("hosts")) o.hosts = parse_hosts(*h, o.ranks);
   if (auto f = a.get("fault")) {
@@ -436,9 +432,9 @@ std::vector<std::string> worker_args(const Args& a, int rank, const std::string&
 std::vector<CpuMask> rank_cpus(const BenchOptions& o) {
   std::vector<CpuMask> masks(static_cast<size_t>(o.ranks));
   const std::vector<int> cpus = allowed_cpus();
-  if (!o.bind_to_cpus || o.ranks < 2 || o.ranks > static_cast<int>(cpus.size())) return masks;
-  for (int r = 0; r < o.ranks; ++r)
+  for (int r = 0; o.bind_to_cpus && r < o.ranks; ++r) {
     masks[static_cast<size_t>(r)] = CpuMask(cpu_share(cpus, r, o.ranks));
+  }
   return masks;
 }
 

@@ -166,11 +166,7 @@ int run_main(int argc, char** argv) {
   settings.run_dir = args.get_or("run-dir", "");
   settings.launcher = parse_launcher(args.get_or("launcher", "local"));
   settings.launcher_args = args.all("launcher-arg");
-  const std::string bind_to = args.get_or("bind-to", "auto");
-  if (bind_to != "auto" && bind_to != "none") {
-    throw ConfigError("--bind-to must be auto or none, got '" + bind_to + "'");
-  }
-  settings.bind_to_cpus = bind_to == "auto";
+  settings.bind_to_cpus = bind_to_cpus(args);
   // Workers on other nodes reach a coordinator that listens on every address.
   settings.bind =
       args.get_or("bind", settings.launcher == LauncherKind::Local ? "127.0.0.1" : "0.0.0.0");

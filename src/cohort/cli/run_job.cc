@@ -379,12 +379,12 @@ pid_t JobLaunch::spawn(int r) {
 }
 
 void JobLaunch::bind_to_share(elastic::SpawnOptions& how, int rank) const {
+  if (!settings_.bind_to_cpus) return;
   const auto workers = static_cast<int>(cfg_.workers);
   const std::vector<int> cpus = allowed_cpus();
-  if (!settings_.bind_to_cpus || workers < 2 || workers > static_cast<int>(cpus.size())) return;
-  // A replacement takes the share of the rank it replaces.
+  // A replacement takes the share of the rank it replaces; none when oversubscribed.
   how.cpus = cpu_share(cpus, rank % workers, workers);
-  how.env[kHostCpusVariable] = std::to_string(cpus.size());
+  if (!how.cpus.empty()) how.env[kHostCpusVariable] = std::to_string(cpus.size());
 }
 
 bool JobLaunch::joiners_possible() {
