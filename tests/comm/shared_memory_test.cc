@@ -59,6 +59,47 @@ TEST(SharedMemory, NothingOfTheWorldStaysInDevShm) {
   EXPECT_EQ(mine(), 0);
 }
 
+// Reductions that read what arrives straight out of the ring (CommConfig::shm_fold_bytes) get
+// the same results wherever the ring's stream stands: elements aligned or not (a reduction of 3
+// bytes leaves every later frame's payload at an odd offset, read through scratch), frames that
+// wrap around the smallest ring many times, every allreduce algorithm, reduce-scatter and the
+// rooted reduce, one communicator for all of it.
+TEST(SharedMemory, ReductionsReadTheRingInPlaceWhereverItsStreamStands) {
+  for (int n : {2, 3, 4}) {
+    World world(n, Wires::Shm, [](CommConfig& c) {
+      c.shm_ring_bytes = 64 << 10;  // the smallest ring
+      c.chunk_bytes = 24 << 10;     // segments that do not divide the ring
+    });
+    world.run([&](int r, Communicator& c) {
+      auto check = [&](DType dt, size_t count, Algorithm algo, const char* what) {
+        std::vector<uint8_t> buf = testing::make_input(dt, r, count);
+        c.allreduce(Buffer{dt, buf.data(), count}, {.op = ReduceOp::Sum, .algorithm = algo})
+            ->wait();
+        EXPECT_TRUE(testing::matches_reduction(dt, ReduceOp::Sum, n, buf.data(), count))
+            << what << ", rank " << r << " of " << n;
+      };
+      for (Algorithm algo :
+           {Algorithm::Ring, Algorithm::HalvingDoubling, Algorithm::RecursiveDoubling}) {
+        check(DType::F32, 100003, algo, "f32 aligned");
+        check(DType::I8, 3, algo, "3 bytes");
+        check(DType::F32, 100003, algo, "f32 after 3 bytes");
+        check(DType::F16, 50001, algo, "f16");
+        check(DType::F64, 30001, algo, "f64");
+      }
+      const size_t m = 40001;
+      std::vector<uint8_t> in = testing::make_input(DType::F32, r, m * n), out(m * 4);
+      c.reduce_scatter(Buffer{DType::F32, in.data(), m * n}, Buffer{DType::F32, out.data(), m})
+          ->wait();
+      EXPECT_TRUE(testing::matches_reduction(DType::F32, ReduceOp::Sum, n, out.data(), m, m * r));
+      std::vector<uint8_t> buf = testing::make_input(DType::F32, r, 70001);
+      c.reduce(Buffer{DType::F32, buf.data(), 70001}, {.op = ReduceOp::Sum, .root = n - 1})->wait();
+      if (r == n - 1) {
+        EXPECT_TRUE(testing::matches_reduction(DType::F32, ReduceOp::Sum, n, buf.data(), 70001));
+      }
+    });
+  }
+}
+
 TEST(SharedMemory, RingsShrinkOnAHostOfManyRanks) {
   CommConfig o;  // 1 MiB rings at most, 256 MiB per host
   EXPECT_EQ(shm_ring_bytes_for(o, 2), size_t{1} << 20);

@@ -319,6 +319,60 @@ bool send_all(Pair& p, const uint8_t* data, size_t n, Deadline deadline) {
   return true;
 }
 
+// A receiver that takes what the pair shows in place (Pair::peek) and copies the rest, in pieces
+// of random size, gets the stream that was sent, in order; bytes it was shown stay as they were
+// until it gives them back, however much the sender writes meanwhile. A pair without a view shows
+// nothing, and every byte comes through recv_some.
+TEST_P(Transport, BytesShownInPlaceAreTheStreamAndStayUntilGivenBack) {
+  Ends e = make_ends(GetParam());
+  const size_t n = 5 << 20;  // 80 times the ring
+  const auto data = pattern(n, 11);
+  const Deadline deadline = Deadline::after(60s);
+  bool sent = false;
+  std::thread sender([&] { sent = send_all(*e.a, data.data(), n, deadline); });
+  std::mt19937 rng(12);
+  std::vector<uint8_t> copied(kRing);
+  size_t got = 0, shown_in_place = 0, mismatches = 0;
+  while (got < n && !deadline.expired()) {
+    const uint8_t* at = nullptr;
+    const size_t k = std::min(e.b->peek(&at), n - got);
+    if (k > 0) {
+      ASSERT_TRUE(e.b->has_view());
+      if (std::memcmp(at, data.data() + got, k) != 0) ++mismatches;
+      // Now and then look again, while the sender goes on writing into the rest of the ring:
+      // the same bytes at the same place, and at least as many. Then give back a random part.
+      if (rng() % 4 == 0) {
+        std::this_thread::yield();
+        const uint8_t* again = nullptr;
+        const size_t k2 = e.b->peek(&again);
+        if (again != at || k2 < k || std::memcmp(at, data.data() + got, k) != 0) ++mismatches;
+      }
+      const size_t m = 1 + rng() % k;
+      e.b->consume(m);
+      got += m;
+      shown_in_place += m;
+      continue;
+    }
+    EXPECT_EQ(at, nullptr);
+    const size_t want = std::min<size_t>(n - got, 1 + rng() % kRing);
+    const size_t c = e.b->recv_some(copied.data(), want);
+    if (std::memcmp(copied.data(), data.data() + got, c) != 0) ++mismatches;
+    got += c;
+    if (c == 0) {
+      ASSERT_TRUE(wait_for(*e.b, Direction::Recv, deadline)) << "stalled at " << got;
+    }
+  }
+  sender.join();
+  EXPECT_TRUE(sent);
+  EXPECT_EQ(got, n);
+  EXPECT_EQ(mismatches, 0u);
+  if (GetParam().kind == Kind::Tcp) {
+    EXPECT_EQ(shown_in_place, 0u);
+  } else if (GetParam().single_copy == 0) {
+    EXPECT_GT(shown_in_place, n / 4);  // most of it: copies are the smaller of each choice
+  }
+}
+
 // Forks a process that sends `data` then `tail` from h's first end (the second stays here) and
 // exits 0 when all of it was taken.
 pid_t fork_sender(Halves& h, const std::vector<uint8_t>& data, const std::vector<uint8_t>& tail,

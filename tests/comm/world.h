@@ -35,7 +35,9 @@ inline CommConfig test_config(int rank, int size) {
 // in a world too large for a full mesh. Hmac, Gmac: the same two hosts with every data frame
 // sealed (CommConfig::integrity), over shared memory and TCP. Hosts and Gmac copy every
 // collective's frame between ranks of one host once (CommConfig::shm_single_copy_bytes), the
-// others through the shared-memory rings.
+// others through the shared-memory rings. Every world reduces what arrives over shared memory
+// straight out of the ring (CommConfig::shm_fold_bytes) whatever the segment's size, where
+// nothing else prevents it (a sealed frame is checked first, a single copy lands in scratch).
 enum class Wires { Tcp, Shm, Mixed, Hosts, Lazy, Hmac, Gmac };
 
 inline std::string wires_name(Wires w) {
@@ -69,6 +71,7 @@ inline void use_wires(CommConfig& c, Wires w) {
   if (w == Wires::Hmac) c.integrity = Integrity::Hmac;
   if (w == Wires::Gmac) c.integrity = Integrity::Gmac;
   if (w == Wires::Hosts || w == Wires::Gmac) c.shm_single_copy_bytes = 1;
+  c.shm_fold_bytes = 1;
 }
 
 // Runs `fn` and returns what it threw (nullptr if nothing).

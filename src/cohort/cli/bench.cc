@@ -68,6 +68,9 @@ constexpr const char* kUsage =
     "  --single-copy BYTES  frames of at least this size between ranks of one host are read\n"
     "                     out of the sender's memory, copied once (CommConfig::\n"
     "                     shm_single_copy_bytes, default 0: always through the ring)\n"
+    "  --fold BYTES       received segments of at least this size between ranks of one host\n"
+    "                     are reduced straight out of the ring (CommConfig::shm_fold_bytes,\n"
+    "                     default 64K; 0: copied out first)\n"
     "  --spin-us US       how long a small operation polls before it sleeps\n"
     "                     (CommConfig::spin_wait, default 20; 0: never)\n"
     "  --bind-to WHAT     auto | none: auto binds each rank to its own share of the CPUs this\n"
@@ -85,7 +88,7 @@ constexpr const char* kUsage =
 
 const std::set<std::string> kValueFlags = {
     "ranks", "sizes", "algo", "iters", "warmup", "timeout", "chunk", "socket-buffer", "ring-window",
-    "spin-us", "single-copy", "transport", "integrity", "hosts", "bind", "bind-to",
+    "spin-us", "single-copy", "fold", "transport", "integrity", "hosts", "bind", "bind-to",
     // hidden: a rank spawned by the launcher, and the fault drills of the fault tests
     "worker-rank", "store", "host-cpus", "fault", "fault-rank", "fault-after-iters"};
 const std::set<std::string> kBoolFlags = {"json", "help"};
@@ -155,6 +158,7 @@ BenchOptions parse_options(const Args& a) {
   if (a.has("single-copy")) {
     o.single_copy_bytes = static_cast<long>(bytes_in("single-copy", 0, uint64_t{1} << 30));
   }
+  if (a.has("fold")) o.fold_bytes = static_cast<long>(bytes_in("fold", 0, uint64_t{1} << 30));
   o.transport = comm::parse_transport(a.get_or("transport", "auto"));
   o.integrity = comm::parse_integrity(a.get_or("integrity", "none"));
   o.json = a.has("json");

@@ -90,6 +90,7 @@ class Worker {
     if (o_.single_copy_bytes >= 0) {
       config.shm_single_copy_bytes = static_cast<size_t>(o_.single_copy_bytes);
     }
+    if (o_.fold_bytes >= 0) config.shm_fold_bytes = static_cast<size_t>(o_.fold_bytes);
     config.transport = o_.transport;
     config.host_cpus = o_.host_cpus;
     config.integrity = o_.integrity;

@@ -46,6 +46,7 @@ struct BenchOptions {
   long ring_window = -1;
   long spin_us = -1;
   long single_copy_bytes = -1;
+  long fold_bytes = -1;
   comm::Transport transport = comm::Transport::Auto;
   comm::Integrity integrity = comm::Integrity::None;
   bool json = false;

@@ -34,6 +34,7 @@ struct OpContext {
   std::vector<uint8_t>& scratch;  // reusable temporary memory, grown on demand
   size_t ring_window = 0;         // segments per step in each round of a ring (0: a whole block)
   Spin spin{};                    // how long a wait polls before it sleeps (exchange())
+  size_t fold_bytes = 0;          // segments folded in place from as many bytes (exchange())
   const std::vector<int>* members = nullptr;  // mesh ranks of the group; null: the whole mesh
   int member_index = 0;                       // this rank's place in *members
   // Set: the operation is planned, not run (plan.h): run() and the kernels below report to it.

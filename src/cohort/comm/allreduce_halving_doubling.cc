@@ -21,7 +21,8 @@ namespace cohort::comm {
 namespace {
 
 // Sends `out` to and receives `in` from `peer` at the same time; reduces `in` into the buffer
-// segment by segment (through scratch) when `op` is given, else receives it in place.
+// segment by segment when `op` is given (from where it arrives, or through scratch:
+// RecvPlan::fold), else receives it in place.
 void swap_ranges(OpContext& ctx, int peer, const SegmentedRange& out, const SegmentedRange& in,
                  DType dt, const ReduceOp* op, uint8_t* scratch) {
   SendPlan send{.peer = peer, .count = out.count(), .segment = [&](size_t i) { return out.at(i); }};
@@ -30,14 +31,13 @@ void swap_ranges(OpContext& ctx, int peer, const SegmentedRange& out, const Segm
                 .segment =
                     [&](size_t i) {
                       Segment s = in.at(i);
-                      if (op) s.data = scratch;
+                      if (op) s = Segment{scratch, s.bytes, /*fold=*/true};
                       return s;
                     },
-                .on_segment =
-                    [&](size_t i) {
-                      if (!op) return;
-                      Segment s = in.at(i);
-                      ctx.reduce(dt, *op, s.data, s.data, scratch, s.bytes / in.elem_size);
+                .fold =
+                    [&](size_t i, size_t at, const uint8_t* bytes, size_t n) {
+                      uint8_t* dst = in.at(i).data + at;
+                      ctx.reduce(dt, *op, dst, dst, bytes, n / in.elem_size);
                     }};
   ctx.run(out.count() ? &send : nullptr, in.count() ? &recv : nullptr);
 }

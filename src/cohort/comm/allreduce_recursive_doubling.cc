@@ -18,10 +18,11 @@
 // holds the same bytes before each step, so all p ranks end with the same bytes; Avg divides those
 // same bytes by n everywhere, and the folded ranks receive a copy.
 //
-// Each segment is received into scratch at once and reduced into the buffer as soon as this rank
-// has sent that segment (apply lag 0), since the reduction overwrites it. Receiving is never held
-// back by sending: both partners of a step send at once, and a segment larger than what their
-// pair buffers would otherwise leave each waiting for the other to read.
+// Each segment is reduced into the buffer once this rank has sent that segment (apply lag 0), since
+// the reduction overwrites it: straight from where it arrives when the segment starts to arrive
+// after that (RecvPlan::fold), else from scratch, where it is received at once. Receiving is
+// never held back by sending: both partners of a step send at once, and a segment larger than
+// what their pair buffers would otherwise leave each waiting for the other to read.
 #include "cohort/comm/algorithms.h"
 #include "cohort/comm/reduce.h"
 
@@ -35,8 +36,7 @@ void allreduce_recursive_doubling(OpContext& ctx, Buffer buf, ReduceOp op) {
   uint8_t* scratch = ctx.scratch_bytes(buf.count * es);
   auto in_scratch = [&](size_t i) {
     Segment s = whole.at(i);
-    s.data = scratch + (s.data - buf.byte_ptr());
-    return s;
+    return Segment{scratch + (s.data - buf.byte_ptr()), s.bytes, /*fold=*/true};
   };
   auto send_whole = [&](int peer) {
     SendPlan send{
@@ -50,11 +50,13 @@ void allreduce_recursive_doubling(OpContext& ctx, Buffer buf, ReduceOp op) {
   };
   // Reduces the buffer of `peer` (the rank below) into this one.
   auto fold_in = [&](int peer) {
-    RecvPlan recv{
-        .peer = peer, .count = whole.count(), .segment = in_scratch, .on_segment = [&](size_t i) {
-          Segment mine = whole.at(i), theirs = in_scratch(i);
-          ctx.reduce(buf.dtype, op, mine.data, theirs.data, mine.data, mine.bytes / es);
-        }};
+    RecvPlan recv{.peer = peer,
+                  .count = whole.count(),
+                  .segment = in_scratch,
+                  .fold = [&](size_t i, size_t at, const uint8_t* theirs, size_t n) {
+                    uint8_t* mine = whole.at(i).data + at;
+                    ctx.reduce(buf.dtype, op, mine, theirs, mine, n / es);
+                  }};
     ctx.run(nullptr, &recv);
   };
   // Swaps the buffer with `peer` and reduces: the lower rank's data is always the first operand.
@@ -64,13 +66,12 @@ void allreduce_recursive_doubling(OpContext& ctx, Buffer buf, ReduceOp op) {
     RecvPlan recv{.peer = peer,
                   .count = whole.count(),
                   .segment = in_scratch,
-                  .on_segment =
-                      [&](size_t i) {
-                        Segment mine = whole.at(i), theirs = in_scratch(i);
-                        ctx.reduce(buf.dtype, op, mine.data, mine_first ? mine.data : theirs.data,
-                               mine_first ? theirs.data : mine.data, mine.bytes / es);
-                      },
-                  .apply_lag = 0};
+                  .apply_lag = 0,
+                  .fold = [&](size_t i, size_t at, const uint8_t* theirs, size_t n) {
+                    uint8_t* mine = whole.at(i).data + at;
+                    ctx.reduce(buf.dtype, op, mine, mine_first ? mine : theirs,
+                               mine_first ? theirs : mine, n / es);
+                  }};
     ctx.run(&send, &recv);
   };
 

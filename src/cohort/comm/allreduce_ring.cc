@@ -12,8 +12,9 @@
 // is exactly the data it forwards; so the ring runs as a pipeline of segments rather than in
 // lock-step, each reduction overlaps the transfer of later segments, and a reduced segment goes
 // out again a window later, from the CPU caches, instead of a whole block later, from memory.
-// Received reduce-scatter segments land in one segment of scratch (cache-hot) and are reduced from
-// there into the buffer.
+// Received reduce-scatter segments are reduced into the buffer straight from where they arrive
+// when the transport shows them in place (shared memory's ring: RecvPlan::fold); otherwise they
+// land in one segment of scratch (cache-hot) and are reduced from there.
 //
 // Measured on loopback TCP, 2 cores, f32 sum, 256 KiB segments, median ms of the slowest rank,
 // runs interleaved (`cohort bench allreduce --algo ring --ring-window W`), window 0 (a whole block
@@ -82,19 +83,26 @@ void ring_steps(OpContext& ctx, Buffer buf, ReduceOp op, int first, int count) {
                       size_t k, off;
                       const int s = item(i, &k);
                       size_t len = range(recv_block(s), k, &off);
-                      return Segment{s < n - 1 ? scratch : buf.byte_ptr() + off * es, len * es};
+                      if (s >= n - 1) return Segment{buf.byte_ptr() + off * es, len * es};
+                      return Segment{scratch, len * es, /*fold=*/true};
                     },
                 .on_segment =
                     [&](size_t i) {
                       size_t k, off;
                       const int s = item(i, &k);
-                      if (s >= n - 1) return;  // allgather: already in place
+                      if (op != ReduceOp::Avg || s != n - 2) return;
                       size_t len = range(recv_block(s), k, &off);
-                      uint8_t* dst = buf.byte_ptr() + off * es;
-                      ctx.reduce(buf.dtype, op, dst, dst, scratch, len);
-                      if (op == ReduceOp::Avg && s == n - 2) ctx.divide(buf.dtype, dst, len, n);
+                      ctx.divide(buf.dtype, buf.byte_ptr() + off * es, len, n);
                     },
-                .lag = kNoLag};
+                .lag = kNoLag,
+                .fold =
+                    [&](size_t i, size_t at, const uint8_t* bytes, size_t nbytes) {
+                      size_t k, off;
+                      const int s = item(i, &k);
+                      range(recv_block(s), k, &off);
+                      uint8_t* dst = buf.byte_ptr() + off * es + at;
+                      ctx.reduce(buf.dtype, op, dst, dst, bytes, nbytes / es);
+                    }};
   ctx.run(&send, &recv);
 }
 

@@ -52,6 +52,11 @@ struct RecvState {
   FrameMac* mac = nullptr;
   size_t i = 0;        // segments received
   size_t applied = 0;  // segments whose on_segment has run (RecvPlan::apply_lag)
+  // A segment marked fold that is folded as it arrives (RecvPlan::fold): `folded` of its `got`
+  // bytes are. `streamed`: the last segment received that way, whose bytes are all folded.
+  bool streaming = false;
+  size_t folded = 0;
+  size_t streamed = kNoLag;
   Phase phase = Idle;
   bool blocked = false;
   WireHeader hdr;
@@ -68,8 +73,8 @@ struct RecvState {
 class Engine {
  public:
   Engine(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, RecvPlan* recv, Spin spin,
-         Deadline deadline)
-      : mesh_(mesh), counters_(counters), id_(id) {
+         size_t fold_bytes, Deadline deadline)
+      : mesh_(mesh), counters_(counters), id_(id), fold_bytes_(fold_bytes) {
     if (send && send->count > 0) {
       s_.plan = send;
       s_.pair = &mesh.pair(send->peer, deadline);
@@ -253,7 +258,61 @@ class Engine {
     }
     r_.got = 0;
     r_.phase = RecvState::Payload;
+    r_.folded = 0;
+    r_.streaming = r_.seg.fold && fold_in_place();
     if (r_.mac) r_.mac->begin(&h, sizeof(WireHeader));
+  }
+
+  // Whether the segment now arriving may be folded straight from the pair (RecvPlan::fold): it is
+  // large enough to gain, the pair shows its bytes in place, no tag must be checked first, every
+  // earlier segment is applied, and this one's apply_lag is met.
+  bool fold_in_place() const {
+    return fold_bytes_ > 0 && r_.seg.bytes >= fold_bytes_ && !r_.mac && r_.pair->has_view() &&
+           r_.applied == r_.i && apply_allowed(r_.i);
+  }
+  bool apply_allowed(size_t j) const {
+    const size_t lag = r_.plan->apply_lag;
+    return lag == kNoLag || j < lag || s_.i > j - lag;
+  }
+
+  // Folds the arriving segment's bytes: straight from the pair wherever it shows whole, aligned
+  // elements in place, through the segment's own memory otherwise (an element split by the end
+  // of the ring, bytes the pair copies, a frame that left the ring misaligned). True once every
+  // byte has come.
+  bool fold_arriving(bool& progress) {
+    RecvPlan& p = *r_.plan;
+    const size_t es = dtype_size(id_.dtype);
+    while (r_.got < r_.seg.bytes) {
+      if (r_.folded == r_.got) {
+        const uint8_t* at = nullptr;
+        size_t k;
+        try {
+          k = r_.pair->peek(&at);
+        } catch (const PeerLostError& e) {
+          lost(p.peer, id_, e);
+        }
+        k = std::min(k, r_.seg.bytes - r_.got);
+        k -= k % es;
+        if (k > 0 && reinterpret_cast<uintptr_t>(at) % es == 0) {
+          p.fold(r_.i, r_.got, at, k);
+          r_.pair->consume(k);
+          counters_.received.fetch_add(k, std::memory_order_relaxed);
+          r_.got += k;
+          r_.folded += k;
+          progress = true;
+          continue;
+        }
+      }
+      const size_t k = read_some(p.peer, r_.seg.data + r_.got, r_.seg.bytes - r_.got);
+      if (k == 0) return false;
+      progress = true;
+      r_.got += k;
+      if (const size_t whole = (r_.got - r_.folded) / es * es; whole > 0) {
+        p.fold(r_.i, r_.folded, r_.seg.data + r_.folded, whole);
+        r_.folded += whole;
+      }
+    }
+    return true;
   }
 
   // A frame's tag has arrived: it must be the one this rank computes for the frame's bytes and
@@ -290,6 +349,8 @@ class Engine {
   }
 
   void finish_segment() {
+    if (r_.streaming) r_.streamed = r_.i;
+    r_.streaming = false;
     ++r_.i;
     r_.phase = RecvState::Idle;
     apply_received();
@@ -300,9 +361,15 @@ class Engine {
     RecvPlan& p = *r_.plan;
     bool progress = false;
     while (r_.applied < r_.i) {
-      const size_t j = r_.applied, lag = p.apply_lag;
-      if (lag != kNoLag && j >= lag && s_.i <= j - lag) break;
-      if (p.on_segment && !(id_.skip_empty && p.segment(j).bytes == 0)) p.on_segment(j);
+      const size_t j = r_.applied;
+      if (!apply_allowed(j)) break;
+      if (p.on_segment || p.fold) {
+        const Segment seg = p.segment(j);
+        if (!(id_.skip_empty && seg.bytes == 0)) {
+          if (seg.fold && j != r_.streamed) p.fold(j, 0, seg.data, seg.bytes);
+          if (p.on_segment) p.on_segment(j);
+        }
+      }
       ++r_.applied;
       progress = true;
     }
@@ -334,7 +401,9 @@ class Engine {
         on_header();
       }
       if (r_.phase == RecvState::Payload) {
-        if (r_.got < r_.seg.bytes) {
+        if (r_.streaming) {
+          if (!fold_arriving(progress)) return progress;
+        } else if (r_.got < r_.seg.bytes) {
           uint8_t* at = r_.seg.data + r_.got;
           size_t k = read_some(p.peer, at, r_.seg.bytes - r_.got);
           if (k == 0) return progress;
@@ -440,6 +509,7 @@ class Engine {
   Mesh& mesh_;
   Counters& counters_;
   const OpId& id_;
+  size_t fold_bytes_;
   std::chrono::nanoseconds spin_{0};
   bool yield_ = false;
   SendState s_;
@@ -449,13 +519,13 @@ class Engine {
 }  // namespace
 
 void exchange(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, RecvPlan* recv,
-              Deadline deadline, Spin spin) {
+              Deadline deadline, Spin spin, size_t fold_bytes) {
   if (OpTiming* timing = t_op_timing) {
     for (int peer : {send ? send->peer : -1, recv ? recv->peer : -1}) {
       if (peer >= 0) timing->peers |= uint64_t{1} << std::min(peer, 63);
     }
   }
-  Engine(mesh, counters, id, send, recv, spin, deadline).run(deadline);
+  Engine(mesh, counters, id, send, recv, spin, fold_bytes, deadline).run(deadline);
 }
 
 }  // namespace cohort::comm

@@ -29,6 +29,10 @@ inline constexpr size_t kNoLag = std::numeric_limits<size_t>::max();
 struct Segment {
   uint8_t* data = nullptr;
   size_t bytes = 0;
+  // Receiving only: the segment's bytes are not wanted at `data` but handed to RecvPlan::fold,
+  // which combines them into where they belong. `data` is still the segment's own memory of
+  // `bytes`, where they wait whenever they cannot be folded straight from the transport.
+  bool fold = false;
 };
 
 struct SendPlan {
@@ -52,6 +56,16 @@ struct RecvPlan {
   // buffers cannot leave both ranks waiting for the other to read. Sends gated on received
   // segments (SendPlan::lag, needs) count only segments whose on_segment has run.
   size_t apply_lag = kNoLag;
+  // For a segment marked `fold`: combines the `n` bytes at `bytes`, bytes [offset, offset + n) of
+  // segment i, into their destination. It sees every byte of the segment once, in order, in
+  // whole elements of the operation's type, and all of them before on_segment(i) runs. Where the
+  // transport shows arrived bytes in place (shared memory: Pair::peek) and nothing holds the
+  // segment back (its apply_lag is met when it starts to arrive, frames carry no integrity tag),
+  // `bytes` points into the transport and fold runs while the segment arrives: the bytes are read
+  // once, where they landed, instead of copied to `data` first (for segments large enough to
+  // gain: exchange()'s fold_bytes). Otherwise the segment lands at `data` and fold runs once for
+  // all of it, when on_segment(i) would.
+  std::function<void(size_t i, size_t offset, const uint8_t* bytes, size_t n)> fold = {};
 };
 
 // What the headers of this operation must say.
@@ -100,7 +114,9 @@ class StallError : public TimeoutError {
 // match `id`. With a positive `spin`, a wait for the pairs polls them without sleeping for up
 // to that long before it sleeps in poll(2): a latency-bound exchange then sees its peer's data the
 // moment it lands instead of a thread wake-up later. Only for a rank with a CPU of its own.
+// Segments to fold (RecvPlan::fold) of at least `fold_bytes` are folded straight from a pair
+// that shows its bytes in place (0: none are; CommConfig::shm_fold_bytes).
 void exchange(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, RecvPlan* recv,
-              Deadline deadline, Spin spin = {});
+              Deadline deadline, Spin spin = {}, size_t fold_bytes = 0);
 
 }  // namespace cohort::comm

@@ -22,7 +22,7 @@ void OpContext::run(SendPlan* send, RecvPlan* recv) {
     if (plan) {
       plan->exchange(send, recv);
     } else {
-      exchange(mesh, counters, id, send, recv, deadline, spin);
+      exchange(mesh, counters, id, send, recv, deadline, spin, fold_bytes);
     }
   };
   if (!members) {

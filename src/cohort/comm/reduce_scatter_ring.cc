@@ -54,18 +54,24 @@ void reduce_scatter_ring(OpContext& ctx, Buffer in, Buffer out, ReduceOp op) {
                 .count = steps * K,
                 .segment =
                     [&](size_t i) {
-                      return Segment{landing, seg_of(i % K).second};
+                      return Segment{landing, seg_of(i % K).second, /*fold=*/true};
                     },
                 .on_segment =
                     [&](size_t i) {
                       size_t s = i / K;
+                      if (op != ReduceOp::Avg || s + 1 != steps) return;
                       auto [off, len] = seg_of(i % K);
-                      const int b = wrap(r - static_cast<int>(s) - 2, n);
-                      uint8_t* dst = result_of(s) + off;
-                      ctx.reduce(in.dtype, op, dst, input_block(b) + off, landing, len / es);
-                      if (op == ReduceOp::Avg && s + 1 == steps) ctx.divide(in.dtype, dst, len / es, n);
+                      ctx.divide(in.dtype, result_of(s) + off, len / es, n);
                     },
-                .lag = K};
+                .lag = K,
+                .fold =
+                    [&](size_t i, size_t at, const uint8_t* bytes, size_t nbytes) {
+                      size_t s = i / K;
+                      const size_t off = seg_of(i % K).first + at;
+                      const int b = wrap(r - static_cast<int>(s) - 2, n);
+                      ctx.reduce(in.dtype, op, result_of(s) + off, input_block(b) + off, bytes,
+                                 nbytes / es);
+                    }};
   ctx.run(&send, &recv);
 }
 

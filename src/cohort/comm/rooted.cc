@@ -50,12 +50,15 @@ void reduce_to_root(OpContext& ctx, Buffer buf, ReduceOp op, int root) {
     if (v + d >= n) continue;
     RecvPlan recv{.peer = real_rank(v + d),
                   .count = theirs.count(),
-                  .segment = [&](size_t i) { return theirs.at(i); },
-                  .on_segment =
+                  .segment =
                       [&](size_t i) {
-                        const Segment s = mine.at(i);
-                        ctx.reduce(buf.dtype, op, s.data, s.data, theirs.at(i).data,
-                               s.bytes / dtype_size(buf.dtype));
+                        const Segment s = theirs.at(i);
+                        return Segment{s.data, s.bytes, /*fold=*/true};
+                      },
+                  .fold =
+                      [&](size_t i, size_t at, const uint8_t* bytes, size_t n) {
+                        uint8_t* dst = mine.at(i).data + at;
+                        ctx.reduce(buf.dtype, op, dst, dst, bytes, n / dtype_size(buf.dtype));
                       }};
     ctx.run(nullptr, &recv);
   }

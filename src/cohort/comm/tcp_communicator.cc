@@ -479,7 +479,8 @@ void TcpCommunicator::execute(Op& op) {
                 .chunk_bytes = config_.chunk_bytes,
                 .scratch = scratch_,
                 .ring_window = config_.ring_window,
-                .spin = op.spin};
+                .spin = op.spin,
+                .fold_bytes = config_.shm_fold_bytes};
   try {
     if (collective && config_.check_collectives && mesh_->size() > 1) check_fingerprint(ctx, op);
     op.body(ctx);

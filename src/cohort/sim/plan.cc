@@ -17,8 +17,8 @@ namespace {
 class Arena {
  public:
   explicit Arena(size_t bytes) : bytes_(std::max<size_t>(bytes, 64)) {
-    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
+    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) throw Error("plan: cannot reserve " + std::to_string(bytes_) + " bytes");
     data_ = static_cast<uint8_t*>(p);
   }
@@ -108,10 +108,12 @@ class Recorder final : public comm::PlanSink {
     if (recv && recv->count) {
       x.recv_from = recv->peer;
       for (size_t i = 0; i < recv->count; ++i) {
-        const uint64_t bytes = recv->segment(i).bytes;
+        const comm::Segment seg = recv->segment(i);
+        const uint64_t bytes = seg.bytes;
         const uint64_t gate = std::max(lagged(i, recv->lag), lagged(i, recv->apply_lag));
         item_work_ = 0;
         in_item_ = true;
+        if (seg.fold && recv->fold) recv->fold(i, 0, seg.data, seg.bytes);
         if (recv->on_segment) recv->on_segment(i);
         in_item_ = false;
         append(x.recv, i, bytes, gate, item_work_);

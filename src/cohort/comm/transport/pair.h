@@ -63,6 +63,20 @@ class Pair {
   // it sent has been read.
   virtual size_t recv_some(void* p, size_t n) = 0;
 
+  // Receiving in place, for a transport whose arrived bytes lie in memory this rank reads (shared
+  // memory's ring), so that a reduction can read them there instead of from a copy. peek() sets
+  // *p to the next bytes that have arrived and returns how many follow contiguously there (0:
+  // none now, or none to show in place: recv_some() then gets them, and reports a closed peer).
+  // They stay where they are, unchanged, until consume(n) gives the first n of them (at most what
+  // peek returned) back to the pair, and count as read only then. has_view() says whether peek
+  // can ever show anything.
+  virtual bool has_view() const { return false; }
+  virtual size_t peek(const uint8_t** p) {
+    *p = nullptr;
+    return 0;
+  }
+  virtual void consume(size_t /*n*/) {}
+
   // Before a wait on `dir`: returns true when `dir` can make progress now (no wait needed).
   // Otherwise sets *pfd to what poll(2) must watch (fd < 0: nothing, which poll skips). With
   // `arm`, the wait is about to sleep: the pair makes sure that *pfd becomes ready once `dir` can

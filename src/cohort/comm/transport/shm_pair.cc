@@ -414,6 +414,23 @@ size_t ShmPair::recv_some(void* p, size_t n) {
   return k;
 }
 
+size_t ShmPair::peek(const uint8_t** p) {
+  *p = nullptr;
+  if (shut_.load(std::memory_order_relaxed)) closed();
+  const size_t avail = readable();
+  if (avail == 0) return 0;
+  const size_t at = static_cast<size_t>(in_->tail.load(std::memory_order_relaxed)) & (cap_ - 1);
+  *p = in_data_ + at;
+  return std::min(avail, cap_ - at);
+}
+
+void ShmPair::consume(size_t n) {
+  if (n == 0) return;
+  const uint64_t tail = in_->tail.load(std::memory_order_relaxed);
+  in_->tail.store(tail + n, std::memory_order_seq_cst);
+  wake_if(in_->writer_waiting);
+}
+
 bool ShmPair::watch(Direction dir, bool arm, pollfd* pfd) {
   *pfd = {-1, 0, 0};
   if (gone()) return true;

@@ -86,6 +86,9 @@ class ShmPair final : public Pair {
   Kind kind() const override { return Kind::Shm; }
   size_t send_some(const iovec* iov, int n, Delivery delivery) override;
   size_t recv_some(void* p, size_t n) override;
+  bool has_view() const override { return true; }
+  size_t peek(const uint8_t** p) override;
+  void consume(size_t n) override;
   bool watch(Direction dir, bool arm, pollfd* pfd) override;
   bool woke(Direction dir, short revents) override;
   void abandon_send() override;
