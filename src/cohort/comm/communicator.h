@@ -126,7 +126,8 @@ struct CommConfig {
   // A reduction reads a received segment of at least this many bytes straight out of the
   // shared-memory ring it arrives in, instead of copying it out first and reading the copy
   // (RecvPlan::fold). Measured over shared memory, 2 ranks with a CPU each, f32 sum, interleaved
-  // runs (median µs, in place / copied first): 4 KiB 2.33-2.49 / 2.16-2.26, 64 KiB 7.25-8.69 /
+  // runs, every segment in place or none (median µs of the allreduce, in place / copied first):
+  // 4 KiB (one 4 KiB segment) 2.33-2.49 / 2.16-2.26, 64 KiB (32 KiB segments) 7.25-8.69 /
   // 7.15-7.53, 16 MiB (256 KiB segments) 1,524-2,300 / 2,179-2,908: a small segment's freshly
   // written lines come from the peer's cache more slowly to the reduction's loads than to the
   // copy's, and a large segment gains a pass over scratch. Zero: always copy first.
