@@ -363,10 +363,12 @@ class Engine {
     while (r_.applied < r_.i) {
       const size_t j = r_.applied;
       if (!apply_allowed(j)) break;
-      if (p.on_segment || p.fold) {
+      if (j == r_.streamed) {
+        if (p.on_segment) p.on_segment(j);  // folded as it arrived, and not empty
+      } else if (p.on_segment || p.fold) {
         const Segment seg = p.segment(j);
         if (!(id_.skip_empty && seg.bytes == 0)) {
-          if (seg.fold && j != r_.streamed) p.fold(j, 0, seg.data, seg.bytes);
+          if (seg.fold) p.fold(j, 0, seg.data, seg.bytes);
           if (p.on_segment) p.on_segment(j);
         }
       }
