@@ -290,7 +290,7 @@ TEST(WorkerAgent, WorkerWithoutACoordinatorForItsWaitFencesItself) {
 // A worker whose heartbeats did not get through while it was declared lost fences itself as soon
 // as they get through again; one that was away as long but not declared lost trains on (what a
 // coordinator started again over its journal sees). The store here is a StoreServer with a
-// journal, stopped and started again on its port.
+// journal, stopped and started again on its port; the loss is written to the journal in between.
 TEST(WorkerAgent, AWorkerDeclaredLostWhileAwayFencesItselfWhenItGetsThroughAgain) {
   const std::string journal = ::testing::TempDir() + "agent-away.journal";
   std::filesystem::remove(journal);
@@ -320,11 +320,18 @@ TEST(WorkerAgent, AWorkerDeclaredLostWhileAwayFencesItselfWhenItGetsThroughAgain
   while (!(lost->coordinator_away() && kept->coordinator_away()) && Clock::now() - t0 < 5000ms)
     std::this_thread::sleep_for(10ms);
   ASSERT_TRUE(lost->coordinator_away() && kept->coordinator_away());
+  // Declared lost while away: written over the journal by a server the workers cannot reach (on
+  // another port), so that it is there before either of them gets through again.
+  int64_t beats = 0;
+  {
+    store::StoreServer elsewhere(store::StoreServerOptions{.token = kToken, .journal = journal});
+    store::TcpStore w(elsewhere.endpoint(), kToken);
+    w.set(keys::lost(0), store::to_bytes("heartbeat missed for 1000 ms"));
+    beats = w.add(keys::heartbeat(1), 0);
+  }
   server = std::make_unique<store::StoreServer>(store::StoreServerOptions{
       .bind_host = where.host, .port = where.port, .token = kToken, .journal = journal});
   store::TcpStore s(where, kToken);
-  s.set(keys::lost(0), store::to_bytes("heartbeat missed for 1000 ms"));
-  const int64_t beats = s.add(keys::heartbeat(1), 0);
   t0 = Clock::now();
   while (!lost->cut_off() && Clock::now() - t0 < 5000ms) std::this_thread::sleep_for(10ms);
   ASSERT_TRUE(lost->cut_off()) << "a worker declared lost while away went on";
