@@ -4,11 +4,13 @@
 
 #include <cstdlib>
 #include <thread>
+#include <utility>
 
 #include "cohort/base/error.h"
 #include "cohort/base/host.h"
 #include "cohort/base/log.h"
 #include "cohort/elastic/job_protocol.h"
+#include "cohort/trace/tracer.h"
 
 namespace cohort::python {
 
@@ -64,6 +66,8 @@ JobWorker::JobWorker(const JobWorkerOptions& options) : options_(options) {
   store::set_reconnect_timeout(*store_, reconnect);
   store_->set(elastic::keys::joined(options_.rank),
               to_bytes(json{{"host", host_name()}, {"pid", ::getpid()}}.dump()));
+  if (store_->check({elastic::keys::kRunDir}))
+    run_dir_ = to_string(store_->get(elastic::keys::kRunDir));
   recorder_ = std::make_shared<comm::FlightRecorder>(
       options_.rank, static_cast<size_t>(config_.debug.flight_recorder_entries));
   auto reporter_store =
@@ -155,6 +159,7 @@ dist::GroupSettings JobWorker::group_settings() const {
   if (!std::getenv("COHORT_ALGORITHM")) s.algorithm = comm::parse_algorithm(config_.comm.algorithm);
   if (!std::getenv("COHORT_CHECK_COLLECTIVES"))
     s.check_collectives = config_.debug.check_collectives;
+  s.exchange_clock = exchange_clock_;
   return s;
 }
 
@@ -170,6 +175,18 @@ std::shared_ptr<comm::Communicator> JobWorker::claim(int rank, int size,
   if (timeout == kTorchDefaultTimeout) timeout = ms(config_.comm.timeout_s);
   agent_->connect(m, timeout);
   std::shared_ptr<comm::Communicator> comm = agent_->communicator();
+  if (!run_dir_.empty() && !step_log_) {
+    // Every member of the start does this at once (the same store tells each of them the run
+    // directory); a worker that joins later takes its clock as it is.
+    const int64_t offset = m.epoch == 0 ? trace::measure_clock_offset(*comm) : 0;
+    try {
+      step_log_ = std::make_unique<trace::StepLog>(run_dir_ + "/steps/rank-" +
+                                                   std::to_string(options_.rank) + ".jsonl");
+      step_log_->header({.rank = options_.rank, .world = size, .clock_offset_us = offset});
+    } catch (const std::exception& e) {
+      spdlog::warn("no step log for cohort diagnose: {}", e.what());
+    }
+  }
   claimed_epoch_ = m.epoch;
   claimed_ = comm;
   // The group's reference holds this worker too (its store must outlive the communicator):
@@ -234,6 +251,7 @@ void JobWorker::report(json record) {
     }
     if (advanced) recovering_ = false;
     if (advanced) {
+      log_step(step);
       last_step_ = step;
       last_report_ = Clock::now();
       samples_ = 0;
@@ -255,10 +273,31 @@ void JobWorker::report(json record) {
   if (advanced) step_began_ = Clock::now();
 }
 
+void JobWorker::log_step(int64_t step) {
+  const int64_t end_us = comm::now_us();
+  const trace::ExchangeClock::Interval x = exchange_clock_->take(end_us);
+  const comm::CollectiveTotals before = std::exchange(totals_, recorder_->totals());
+  // The first report's span holds the script's start-up, not a step.
+  if (!step_log_ || reports_ == 0 || !membership_) return;
+  const double step_s = std::chrono::duration<double>(Clock::now() - last_report_).count();
+  const double blocked = std::min(x.blocked_s, step_s);
+  step_log_->append({.step = step,
+                     .epoch = membership_->epoch,
+                     .world = static_cast<int>(membership_->members.size()),
+                     .end_us = end_us,
+                     .compute_s = step_s - blocked,
+                     .sync_s = blocked,
+                     .ready_us = x.ready_us,
+                     .sent_bytes = totals_.sent_bytes - before.sent_bytes,
+                     .collective_us = totals_.active_us - before.active_us,
+                     .collective_wait_us = totals_.wait_us - before.wait_us});
+}
+
 void JobWorker::finish(json summary) {
   std::lock_guard lk(mu_);
   if (ended_) return;
   ended_ = true;
+  step_log_.reset();  // what is left goes to the file before the job counts this worker done
   summary["host"] = host_name();
   summary["pid"] = ::getpid();
   if (!summary.contains("steps")) summary["steps"] = last_step_;
@@ -273,6 +312,7 @@ void JobWorker::fail(const std::string& what, bool timed_out) {
   std::lock_guard lk(mu_);
   if (ended_) return;
   ended_ = true;
+  step_log_.reset();
   try {
     // No longer than the coordinator waits before it declares this worker lost: a coordinator
     // that is gone must not keep the worker alive for the store's whole timeout.

@@ -9,6 +9,10 @@
 //     and its flight recorder is the one the launcher's hang reports read;
 //   - cohort.report(step=..., loss=...) feeds the launcher's progress line, metrics.jsonl and the
 //     console, and fires the job's `faults:` at that step;
+//   - the span between two reports is a step of its step log (steps/rank-N.jsonl in the run
+//     directory, trace/step_log.h): how long it was blocked on the group's collectives
+//     (trace/exchange_clock.h), the rest counted as computing (Cohort cannot tell the script's
+//     data loading from its compute), so that `cohort diagnose` works on a Python run;
 //   - its end posts its summary, an uncaught exception its failure (job_protocol.h).
 #pragma once
 
@@ -26,7 +30,9 @@
 #include "cohort/elastic/agent.h"
 #include "cohort/net/socket.h"
 #include "cohort/store/connect.h"
+#include "cohort/trace/exchange_clock.h"
 #include "cohort/trace/hang_report.h"
+#include "cohort/trace/step_log.h"
 #include "cohort/train/config.h"
 #include "cohort/train/faults.h"
 
@@ -86,6 +92,8 @@ class JobWorker : public std::enable_shared_from_this<JobWorker> {
 
  private:
   void publish_status(nlohmann::json s);
+  // Under mu_, at a report of a new step: the step log's record of the span since the last one.
+  void log_step(int64_t step);
 
   JobWorkerOptions options_;
   std::unique_ptr<store::Store> store_;
@@ -95,6 +103,8 @@ class JobWorker : public std::enable_shared_from_this<JobWorker> {
   std::unique_ptr<elastic::WorkerAgent> agent_;
   std::unique_ptr<train::FaultInjector> faults_;
   Clock::time_point step_began_ = Clock::now();  // after the previous report's slowdown
+  std::string run_dir_;                          // the job's; empty: no step log
+  std::shared_ptr<trace::ExchangeClock> exchange_clock_ = std::make_shared<trace::ExchangeClock>();
 
   mutable std::mutex mu_;  // guards what follows (Python threads may report)
   std::optional<elastic::Membership> membership_;
@@ -110,6 +120,8 @@ class JobWorker : public std::enable_shared_from_this<JobWorker> {
   int64_t last_step_ = 0;
   Clock::time_point last_report_ = Clock::now();
   double samples_ = 0;
+  std::unique_ptr<trace::StepLog> step_log_;  // from the first group on the job's communicator
+  comm::CollectiveTotals totals_;             // the recorder's at the previous report
 };
 
 }  // namespace cohort::python

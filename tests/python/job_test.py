@@ -1,8 +1,9 @@
 """Python scripts as workers of a Cohort job (`cohort run SCRIPT.py`, a job file's `program:`):
 their progress reaches the console, `cohort status`, metrics.jsonl and summary.json through
 cohort.report(); the job file's faults fire at the steps they report; a killed worker fails the
-job naming it; a hung one leaves a hang report that says where each rank stands; a script that
-never imports cohort still runs as a job.
+job naming it; a hung one leaves a hang report that says where each rank stands; `cohort
+diagnose` splits their steps and names a slow rank; a script that never imports cohort still
+runs as a job.
 
     job_test.py COHORT_BINARY  (PYTHONPATH: the package in the build tree)
 """
@@ -34,6 +35,29 @@ for step in range(1, steps + 1):
             time.sleep(0.02)
 dist.all_reduce(t)
 cohort.report(steps, test_accuracy=0.5)
+dist.destroy_process_group()
+'''
+
+# torch's DDP on a small model, reporting every step.
+DDP_WORKER = r'''
+import sys
+import torch
+import torch.distributed as dist
+import cohort
+steps = int(sys.argv[1])
+torch.manual_seed(0)
+torch.set_num_threads(1)
+dist.init_process_group("cohort")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
+    torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+for step in range(1, steps + 1):
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    cohort.report(step, loss=loss.item(), samples=64, total_steps=steps)
 dist.destroy_process_group()
 '''
 
@@ -127,7 +151,52 @@ def progress_reaches_console_status_and_summary(tmp, script):
         log = open(os.path.join(run, "logs", f"rank-{r}.log")).read()
         if f"joined job 'job_worker' as rank {r} of 2" not in log:
             fail(f"rank {r}'s log: {log}")
-    print("job_test: progress reaches the console, cohort status, metrics and the summary")
+    # Each step after the first is a record of the step log; every step waited on its allreduce.
+    d = diagnose(run)
+    if [b["steps"] for b in d["ranks"]] != [19, 19]:
+        fail(f"diagnosis: {d['ranks']}")
+    if not all(b["wait_s"] + b["comm_s"] > 0 and b["compute_s"] > 0 for b in d["ranks"]):
+        fail(f"steps not split into computing and being blocked: {d['ranks']}")
+    print("job_test: progress reaches the console, cohort status, metrics, the summary and "
+          "cohort diagnose")
+
+
+def diagnose(run, *extra):
+    r = subprocess.run([COHORT, "diagnose", run, "--json", *extra], capture_output=True,
+                       text=True, timeout=60)
+    if r.returncode != 0:
+        fail(f"cohort diagnose {run}: {r.stdout}{r.stderr}")
+    return json.loads(r.stdout)
+
+
+def diagnose_names_a_slow_rank_of_a_ddp_script(tmp):
+    script = os.path.join(tmp, "ddp_worker.py")
+    open(script, "w").write(DDP_WORKER)
+    path = os.path.join(tmp, "slow.yaml")
+    with open(path, "w") as f:
+        f.write(f"name: slow\nworkers: 2\nprogram:\n  python: {script}\n  args: [40]\n"
+                "faults:\n  - {kind: slow, rank: 1, at_step: 0, seconds: 0.05}\n")
+    run = os.path.join(tmp, "slow-run")
+    r = subprocess.run([COHORT, "run", path, "--run-dir", run], capture_output=True, text=True,
+                       timeout=120)
+    if r.returncode != 0:
+        fail(f"the DDP job: {r.stdout}{r.stderr}")
+    d = diagnose(run)
+    ranks = {b["rank"]: b for b in d["ranks"]}
+    if sorted(ranks) != [0, 1] or any(b["steps"] != 39 for b in ranks.values()):
+        fail(f"diagnosis: {d['ranks']}")
+    # Rank 1 sleeps 50 ms after each step: it computes longer, and rank 0 spends most of each
+    # step blocked in DDP's gradient exchange, waiting for rank 1's gradients.
+    if [s["rank"] for s in d["stragglers"]] != [1]:
+        fail(f"stragglers: {d['stragglers']}")
+    if ranks[1]["compute_s"] < 0.05 or ranks[0]["wait_s"] < 0.5 * ranks[0]["step_s"]:
+        fail(f"the split: {d['ranks']}")
+    text = subprocess.run([COHORT, "diagnose", run], capture_output=True, text=True,
+                          timeout=60).stdout
+    for want in ("rank 1 is a straggler", "torch.set_num_threads", "a Python program"):
+        if want not in text:
+            fail(f"cohort diagnose without '{want}':\n{text}")
+    print("job_test: cohort diagnose on a DDP script names the slow rank 1")
 
 
 def job_file(tmp, name, script, extra):
@@ -199,6 +268,7 @@ def main():
         progress_reaches_console_status_and_summary(tmp, script)
         a_fault_kills_a_worker_and_the_job_names_it(tmp, script)
         a_hung_worker_leaves_a_hang_report(tmp, script)
+        diagnose_names_a_slow_rank_of_a_ddp_script(tmp)
         a_script_without_cohort_runs_as_a_job(tmp)
 
 

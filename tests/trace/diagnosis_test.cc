@@ -207,6 +207,30 @@ TEST(Diagnosis, EstimatesWhatLocalSgdWouldChange) {
   EXPECT_FALSE(diagnose_run(run(2, 24, 0.001, 0.003, 0.006), local, {}).local_sgd);
 }
 
+// A Python program's run: the same numbers, advice in terms of what its script can change.
+TEST(Diagnosis, APythonProgramsAdviceNamesWhatItsScriptCanChange) {
+  JobFacts python = facts();
+  python.program = "train.py";
+  auto bound = diagnose_run(run(2, 24, 0, 0.004, 0.006, -1, 0, 100000, 0), python, {});
+  const std::string all = joined(bound.recommendations);
+  EXPECT_TRUE(contains(bound.recommendations, "communication-bound: 60% of each step")) << all;
+  EXPECT_TRUE(contains(bound.recommendations, "cohort.hooks.int8")) << all;
+  EXPECT_TRUE(contains(bound.recommendations, "PeriodicModelAverager")) << all;
+  for (const char* key : {"comm.compression", "sync.mode", "comm.bucket_mb", "train."}) {
+    EXPECT_FALSE(contains(bound.recommendations, key)) << key << ": " << all;
+  }
+  EXPECT_NE(bound.text().find("a Python program (train.py)"), std::string::npos) << bound.text();
+  EXPECT_EQ(bound.text().find("no transport probe"), std::string::npos) << bound.text();
+
+  auto slow = diagnose_run(run(3, 30, 0, 0.010, 0.002, 1, 0.040, 100000, 0), python, {});
+  EXPECT_TRUE(contains(slow.recommendations, "rank 1 is a straggler"))
+      << joined(slow.recommendations);
+  EXPECT_TRUE(contains(slow.recommendations, "torch.set_num_threads"))
+      << joined(slow.recommendations);
+  EXPECT_FALSE(contains(slow.recommendations, "threads_per_worker"));
+  EXPECT_FALSE(contains(slow.recommendations, "sync.mode: ssp"));
+}
+
 TEST(Diagnosis, EstimatesWhatSspWouldChange) {
   // A persistent straggler (50 ms against 10 ms): it still trains all of its own steps, 52 ms and
   // one 5 ms exchange each, which is what the run took. Nothing to recommend.

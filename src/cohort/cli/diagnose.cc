@@ -63,8 +63,9 @@ json model_line(const train::JobConfig& cfg, const std::vector<trace::RankSteps>
     return {{"error", e.what()}};
   }
   if (!profile || !profile->has_compute) {
-    *text = "model: no profile of this job (cohort calibrate JOB.yaml writes profile.json; then "
-            "--profile or ./profile.json) to say how fast this run should have been";
+    *text =
+        "model: no profile of this job (cohort calibrate JOB.yaml writes profile.json; then "
+        "--profile or ./profile.json) to say how fast this run should have been";
     return nullptr;
   }
   const int workers = static_cast<int>(cfg.workers);
@@ -74,13 +75,15 @@ json model_line(const train::JobConfig& cfg, const std::vector<trace::RankSteps>
   char line[512];
   if (measured > 0) {
     const double gap = measured / p.step_s - 1;
-    std::snprintf(line, sizeof line,
-                  "model: %d worker%s on this host should take %.1f ms per step (profile %s); this run took "
-                  "%.1f ms, %.0f%% %s than predicted",
-                  workers, workers == 1 ? "" : "s", p.step_s * 1e3, profile->name.c_str(), measured * 1e3,
-                  std::abs(gap) * 100, gap >= 0 ? "slower" : "faster");
+    std::snprintf(
+        line, sizeof line,
+        "model: %d worker%s on this host should take %.1f ms per step (profile %s); this run took "
+        "%.1f ms, %.0f%% %s than predicted",
+        workers, workers == 1 ? "" : "s", p.step_s * 1e3, profile->name.c_str(), measured * 1e3,
+        std::abs(gap) * 100, gap >= 0 ? "slower" : "faster");
   } else {
-    std::snprintf(line, sizeof line, "model: %d worker%s on this host should take %.1f ms per step (profile %s)",
+    std::snprintf(line, sizeof line,
+                  "model: %d worker%s on this host should take %.1f ms per step (profile %s)",
                   workers, workers == 1 ? "" : "s", p.step_s * 1e3, profile->name.c_str());
   }
   *text = line;
@@ -113,7 +116,8 @@ int diagnose_main(int argc, char** argv) {
       .bucket_mb = cfg.comm.bucket_mb,
       .algorithm = cfg.comm.algorithm,
       .sync_mode = std::string(train::sync_kind_name(cfg.sync.mode)),
-      .straggler = {.margin = cfg.debug.straggler_margin, .window = cfg.debug.straggler_window}};
+      .straggler = {.margin = cfg.debug.straggler_margin, .window = cfg.debug.straggler_window},
+      .program = cfg.program.python};
   trace::RunOutcome outcome;
   if (fs::is_regular_file(dir / "summary.json")) {
     json s = json::parse(read_file(dir / "summary.json"));
@@ -126,9 +130,9 @@ int diagnose_main(int argc, char** argv) {
   const auto ranks = trace::read_step_logs(dir.string());
   if (ranks.empty() && outcome.hang_headline.empty() && outcome.error.empty()) {
     if (!cfg.program.python.empty()) {
-      throw Error(dir.string() + ": the workers were a Python program (" + cfg.program.python +
-                  "), whose steps Cohort does not split into computing and waiting; its reports "
-                  "are in metrics.jsonl, a hang's diagnosis in hang-report.txt");
+      throw Error(dir.string() + ": the Python program (" + cfg.program.python +
+                  ") recorded no steps: Cohort sees a step between two of its cohort.report() "
+                  "calls on a group of the cohort backend, and it made no such reports");
     }
     throw Error(dir.string() + ": no steps/rank-N.jsonl (the run recorded no steps)");
   }

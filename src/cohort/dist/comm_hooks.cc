@@ -1,6 +1,7 @@
 #include "cohort/dist/comm_hooks.h"
 
 #include "cohort/base/error.h"
+#include "cohort/comm/flight_recorder.h"
 #include "cohort/dist/process_group.h"
 
 namespace cohort::dist {
@@ -50,6 +51,9 @@ void CompressionHooks::start(compress::Method method, const at::Tensor& buffer, 
     o.method = method;
     codec = compress::make_codec(o, count, std::move(shapes), group_->getRank(), index);
   }
+  if (trace::ExchangeClock* clock = cohort_->exchange_clock()) {
+    clock->future_issued(comm::now_us());
+  }
   codec->start(buffer.data_ptr<float>(), cohort_->communicator(), {});
   std::vector<std::function<void(const std::string&)>> finished;
   {
@@ -75,6 +79,9 @@ void CompressionHooks::loop() {
       p.codec->finish();
     } catch (const std::exception& e) {
       error = e.what();
+    }
+    if (trace::ExchangeClock* clock = cohort_->exchange_clock()) {
+      clock->future_finished(comm::now_us());
     }
     p.done(error);
     std::lock_guard lk(mu_);

@@ -115,7 +115,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::wrap(c10d::OpType type,
                                                         std::function<void()> finish) {
   release_deferred();
   return c10::make_intrusive<CohortWork>(getRank(), type, std::move(work), std::move(outputs),
-                                         std::move(keep), std::move(finish), hangs_);
+                                         std::move(keep), std::move(finish), hangs_,
+                                         settings_.exchange_clock);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupCohort::broadcast(std::vector<at::Tensor>& tensors,

@@ -22,6 +22,7 @@
 #include "cohort/comm/communicator.h"
 #include "cohort/dist/c10d_store.h"
 #include "cohort/dist/hang_reports.h"
+#include "cohort/trace/exchange_clock.h"
 
 namespace cohort::dist {
 
@@ -35,6 +36,9 @@ struct GroupSettings {
   comm::Integrity integrity = comm::Integrity::None;
   comm::Algorithm algorithm = comm::Algorithm::Auto;
   bool check_collectives = false;
+  // Told how long the caller was blocked on each operation (trace/exchange_clock.h): the job's
+  // step log for a Python worker of a Cohort job; null: nobody asks.
+  std::shared_ptr<trace::ExchangeClock> exchange_clock;
 };
 
 // ConfigError naming the variable for a malformed one.
@@ -89,6 +93,7 @@ class ProcessGroupCohort final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
 
   comm::Communicator& communicator() { return *comm_; }
+  trace::ExchangeClock* exchange_clock() const { return settings_.exchange_clock.get(); }
 
  private:
   // ConfigError naming `op` unless 0 <= root < size.

@@ -4,6 +4,7 @@
 
 #include <mutex>
 
+#include "cohort/comm/flight_recorder.h"
 #include "cohort/comm/types.h"
 
 namespace cohort::dist {
@@ -56,8 +57,11 @@ void release_deferred() {
 
 CohortWork::CohortWork(int rank, c10d::OpType type, std::shared_ptr<comm::Work> work,
                        std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep,
-                       std::function<void()> finish, std::shared_ptr<HangReports> hangs)
+                       std::function<void()> finish, std::shared_ptr<HangReports> hangs,
+                       std::shared_ptr<trace::ExchangeClock> clock)
     : c10d::Work(rank, type), work_(std::move(work)), state_(std::make_shared<State>()) {
+  state_->clock = std::move(clock);
+  state_->issued_us = comm::now_us();
   state_->outputs = std::move(outputs);
   state_->keep = std::move(keep);
   state_->finish = std::move(finish);
@@ -75,6 +79,11 @@ CohortWork::CohortWork(int rank, c10d::OpType type, std::shared_ptr<comm::Work> 
       }
     }
     state->error = e;
+    if (state->clock) {
+      // Either this or getFuture() (or both) sees the other's store.
+      state->finished_us = comm::now_us();
+      if (state->future_taken) state->clock->future_finished(state->finished_us);
+    }
     if (e) {
       state->future->setError(e);
     } else {
@@ -104,6 +113,13 @@ std::vector<at::Tensor> CohortWork::result() {
 }
 
 bool CohortWork::wait(std::chrono::milliseconds timeout) {
+  struct Blocked {
+    trace::ExchangeClock* clock;
+    int64_t from_us = comm::now_us();
+    ~Blocked() {
+      if (clock) clock->waited(from_us, comm::now_us());
+    }
+  } blocked{state_->clock.get()};
   try {
     if (timeout.count() > 0) {
       work_->wait(timeout);
@@ -122,6 +138,10 @@ bool CohortWork::wait(std::chrono::milliseconds timeout) {
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> CohortWork::getFuture() {
+  if (state_->clock && !state_->future_taken.exchange(true)) {
+    state_->clock->future_issued(state_->issued_us);
+    if (const int64_t done = state_->finished_us; done > 0) state_->clock->future_finished(done);
+  }
   return state_->future;
 }
 

@@ -7,6 +7,7 @@
 
 #include <ATen/core/ivalue.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -14,6 +15,7 @@
 
 #include "cohort/comm/work.h"
 #include "cohort/dist/hang_reports.h"
+#include "cohort/trace/exchange_clock.h"
 
 namespace cohort::dist {
 
@@ -32,10 +34,12 @@ class CohortWork final : public c10d::Work {
   // (inputs and temporary buffers it reads or writes); `finish` runs once on success, before the
   // operation counts as completed.
   // A timeout of the operation writes a hang report through `hangs` (when given), whose path the
-  // error's message then names.
+  // error's message then names. `clock` (when given) is told how long the caller was blocked on
+  // the operation: a wait() as it happens, a future taken as issued and finished.
   CohortWork(int rank, c10d::OpType type, std::shared_ptr<comm::Work> work,
              std::vector<at::Tensor> outputs, std::vector<at::Tensor> keep = {},
-             std::function<void()> finish = nullptr, std::shared_ptr<HangReports> hangs = nullptr);
+             std::function<void()> finish = nullptr, std::shared_ptr<HangReports> hangs = nullptr,
+             std::shared_ptr<trace::ExchangeClock> clock = nullptr);
 
   bool isCompleted() override;
   bool isSuccess() const override;
@@ -52,6 +56,10 @@ class CohortWork final : public c10d::Work {
     std::function<void()> finish;
     c10::intrusive_ptr<c10::ivalue::Future> future;
     std::exception_ptr error;  // the operation's, or finish()'s
+    std::shared_ptr<trace::ExchangeClock> clock;
+    int64_t issued_us = 0;
+    std::atomic<int64_t> finished_us{0};
+    std::atomic<bool> future_taken{false};
   };
 
   std::shared_ptr<comm::Work> work_;

@@ -272,6 +272,10 @@ std::vector<std::string> recommendations(const Diagnosis& d) {
   std::vector<std::string> out;
   const RankBreakdown& m = d.mean;
   const JobFacts& job = d.job;
+  const bool python = !job.program.empty();
+  const std::string threads = python ? std::string("torch.set_num_threads in the script")
+                                     : strf("threads_per_worker (now %lld)",
+                                            static_cast<long long>(job.threads_per_worker));
 
   if (!d.outcome.hang_headline.empty()) {
     out.push_back(
@@ -298,15 +302,14 @@ std::vector<std::string> recommendations(const Diagnosis& d) {
         ++n;
       }
     }
-    out.push_back(strf(
-        "rank %d is a straggler: it is busy %.1f ms per step against %.1f ms on the "
-        "others (%.1fx, steps %lld-%lld), and the other ranks spend %s of each step "
-        "waiting for it. Look for what else runs on its machine or core, a slower "
-        "machine, or a larger share of data; threads_per_worker (now %lld) sets how "
-        "many cores each worker uses",
-        s.rank, 1e3 * s.busy_s, 1e3 * s.others_median_s, s.ratio(),
-        static_cast<long long>(s.first_step), static_cast<long long>(s.last_step),
-        pct(n > 0 ? others_wait / n : 0).c_str(), static_cast<long long>(job.threads_per_worker)));
+    out.push_back(
+        strf("rank %d is a straggler: it is busy %.1f ms per step against %.1f ms on the "
+             "others (%.1fx, steps %lld-%lld), and the other ranks spend %s of each step "
+             "waiting for it. Look for what else runs on its machine or core, a slower "
+             "machine, or a larger share of data; %s sets how many cores each worker uses",
+             s.rank, 1e3 * s.busy_s, 1e3 * s.others_median_s, s.ratio(),
+             static_cast<long long>(s.first_step), static_cast<long long>(s.last_step),
+             pct(n > 0 ? others_wait / n : 0).c_str(), threads.c_str()));
   }
   const double wait = m.share(m.wait_s), comm = m.share(m.comm_s), data = m.share(m.data_s),
                compute = m.share(m.compute_s);
@@ -315,9 +318,9 @@ std::vector<std::string> recommendations(const Diagnosis& d) {
         strf("ranks spend %s of each step waiting for one another, but no rank is "
              "consistently slower (debug.straggler_margin %.2f over %lld steps): the "
              "imbalance moves between ranks, as when the machine is oversubscribed. "
-             "Fewer workers or a smaller threads_per_worker (now %lld) may help",
+             "Fewer workers or a smaller %s may help",
              pct(wait).c_str(), job.straggler.margin, static_cast<long long>(job.straggler.window),
-             static_cast<long long>(job.threads_per_worker)));
+             threads.c_str()));
   }
   if (comm >= 0.3) {
     std::string advice = strf(
@@ -327,7 +330,12 @@ std::vector<std::string> recommendations(const Diagnosis& d) {
     std::vector<std::string> tries;
     const double of_probe =
         d.probe_busbw_gbps > 0 ? d.achieved_busbw_gbps / d.probe_busbw_gbps : 0.0;
-    if (job.compression == "none") {
+    if (python) {
+      tries.push_back(
+          "one of Cohort's codecs as DDP's communication hook, unless the script compresses "
+          "already: ddp.register_comm_hook(cohort.hooks.State(), cohort.hooks.int8) (about 4x "
+          "fewer bytes) or cohort.hooks.fp16 (2x)");
+    } else if (job.compression == "none") {
       tries.push_back("comm.compression: int8 (about 4x fewer bytes) or fp16 (2x)");
     } else if (job.compression == "fp16" || job.compression == "bf16") {
       tries.push_back("comm.compression: int8 or powersgd (more compression than " +
@@ -365,20 +373,28 @@ std::vector<std::string> recommendations(const Diagnosis& d) {
              pct(compute).c_str()));
   }
   if (const auto& e = d.local_sgd; e && e->speedup() >= 1.25 && (wait + comm) >= 0.2) {
+    const std::string how =
+        python ? strf(
+                     "with local SGD every %lld steps (torch's PostLocalSGDOptimizer with a "
+                     "PeriodicModelAverager of that period)",
+                     static_cast<long long>(e->period))
+               : strf("with sync.mode: local_sgd and sync.period: %lld",
+                      static_cast<long long>(e->period));
     out.push_back(strf(
         "synchronising every step costs this run %s of each step (waiting %s, communicating %s): "
-        "with sync.mode: local_sgd and sync.period: %lld, its measured step times give "
+        "%s, its measured step times give "
         "%.1f ms per step instead of %.1f ms (%.2fx), as every rank then waits for the others "
         "and averages the model once per period; %s. Time to accuracy also depends on how local "
-        "SGD converges for this model, which the estimate does not know: compare with "
-        "train.eval_every_steps",
-        pct(wait + comm).c_str(), pct(wait).c_str(), pct(comm).c_str(),
-        static_cast<long long>(e->period), 1e3 * e->local_sgd_s, 1e3 * e->measured_s, e->speedup(),
+        "SGD converges for this model, which the estimate does not know: %s",
+        pct(wait + comm).c_str(), pct(wait).c_str(), pct(comm).c_str(), how.c_str(),
+        1e3 * e->local_sgd_s, 1e3 * e->measured_s, e->speedup(),
         d.stragglers.empty() ? "the slowest rank of each period sets its pace"
                              : "a persistent straggler still sets the pace of every period, "
-                               "so only the communication is saved"));
+                               "so only the communication is saved",
+        python ? "evaluate both as they train" : "compare with train.eval_every_steps"));
   }
-  if (const auto& e = d.ssp; e && e->speedup() >= 1.25 && wait >= 0.2) {
+  // Cohort's parameter servers serve its own training loop, not a Python script's.
+  if (const auto& e = d.ssp; e && !python && e->speedup() >= 1.25 && wait >= 0.2) {
     out.push_back(strf(
         "ranks wait %s of each step for one another: with sync.mode: ssp, sync.staleness: %lld "
         "(sync.fresh_wait: %g) and parameter_servers, its measured step times give %.1f ms per "
@@ -480,7 +496,13 @@ std::string Diagnosis::text() const {
             static_cast<long long>(common_steps));
   t += "\nfindings\n";
   for (const auto& f : findings) t += "  - " + f + "\n";
-  if (probe_busbw_gbps <= 0) t += "  - no transport probe was recorded\n";
+  if (!job.program.empty()) {
+    t += "  - a Python program (" + job.program +
+         "): a step is the span between two of its cohort.report() calls, blocked on the "
+         "group's collectives or computing (its data loading included)\n";
+  } else if (probe_busbw_gbps <= 0) {
+    t += "  - no transport probe was recorded\n";
+  }
   t += "\nrecommendations\n";
   for (const auto& r : recommendations) t += "  - " + r + "\n";
   return t;

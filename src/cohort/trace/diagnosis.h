@@ -43,6 +43,9 @@ struct JobFacts {
   std::string algorithm = "auto";
   std::string sync_mode = "allreduce";  // sync.mode
   StragglerOptions straggler;
+  // A Python program's script (program.python): its steps are the spans between its reports,
+  // with data loading inside compute, and the advice names what its script can change.
+  std::string program;
 };
 
 // What local SGD would have made of this run's measured steps (an allreduce run): every rank
