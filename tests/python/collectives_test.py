@@ -3,7 +3,9 @@ inputs, in one job: the default group is Cohort's, a second group over the same 
 Where Gloo refuses a case (AVG, reduce_scatter, some types with some ops) the result is checked
 against the reduction computed here from every rank's inputs instead, and the case is counted."""
 
+import math
 import sys
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -11,6 +13,7 @@ import torch.distributed as dist
 import ranks
 
 ranks.init("cohort")
+warnings.filterwarnings("ignore", message=".*all_reduce_coalesced will be deprecated")
 gloo = dist.new_group(backend="gloo")
 R, N = dist.get_rank(), dist.get_world_size()
 assert dist.get_backend() == "cohort", dist.get_backend()
@@ -228,21 +231,42 @@ def check_reduce_scatter():
 def check_all_to_all():
     for dtype in (torch.float32, torch.int64, torch.uint8):
         for rows in (0, 1, 6):
-            # all_to_all_single, equal and uneven splits (rank a sends rank b (a + b) % 3 rows).
-            x = data(dtype, N * rows * 4, R, 9).reshape(N * rows, 4)
-            if not gloo_takes(rows):
-                continue
-            a, b = torch.empty_like(x), torch.empty_like(x)
+            # all_to_all_single, equal splits: rank a sends rank b rows [b * rows, (b + 1) * rows)
+            # of its input. Gloo dies on empty tensors, so rows 0 is checked against the
+            # reference only (and the uneven and list forms below still run with it).
+            ins = [data(dtype, N * rows * 4, q, 9).reshape(N * rows, 4) for q in range(N)]
+            x = ins[R]
+            a = torch.empty_like(x)
             dist.all_to_all_single(a, x)
-            dist.all_to_all_single(b, x, group=gloo)
-            same(a, b, f"all_to_all_single {dtype} rows {rows}")
-            send = [(R + q) % 3 for q in range(N)]
-            recv = [(q + R) % 3 for q in range(N)]
-            x = data(dtype, sum(send) * 4, R, 11).reshape(sum(send), 4)
-            a, b = torch.empty(sum(recv), 4, dtype=dtype), torch.empty(sum(recv), 4, dtype=dtype)
+
+            def gloo_equal():
+                if not gloo_takes(rows):
+                    return None
+                b = torch.empty_like(x)
+                dist.all_to_all_single(b, x, group=gloo)
+                return b
+            against(a, gloo_equal, torch.cat([ins[q][R * rows:(R + 1) * rows] for q in range(N)]),
+                    f"all_to_all_single {dtype} rows {rows}")
+            # Uneven splits: rank a sends rank b (a + b) % 3 + rows rows (some of them empty
+            # when rows is 0).
+            def splits(r):
+                return [(r + q) % 3 + rows for q in range(N)]
+            ins = [data(dtype, sum(splits(q)) * 4, q, 11).reshape(sum(splits(q)), 4)
+                   for q in range(N)]
+            send, recv = splits(R), [(q + R) % 3 + rows for q in range(N)]
+            x = ins[R]
+            a = torch.empty(sum(recv), 4, dtype=dtype)
             dist.all_to_all_single(a, x, recv, send)
-            dist.all_to_all_single(b, x, recv, send, group=gloo)
-            same(a, b, f"all_to_all_single uneven {dtype} rows {rows}")
+            expected = torch.cat([ins[q][sum(splits(q)[:R]):sum(splits(q)[:R + 1])]
+                                  for q in range(N)])
+
+            def gloo_uneven():
+                if sum(recv) == 0 or sum(send) == 0:
+                    return None  # an empty tensor (1 rank, rows 0): Gloo would die
+                b = torch.empty(sum(recv), 4, dtype=dtype)
+                dist.all_to_all_single(b, x, recv, send, group=gloo)
+                return b
+            against(a, gloo_uneven, expected, f"all_to_all_single uneven {dtype} rows {rows}")
             # all_to_all with a list of tensors of different sizes
             ins = [data(dtype, (R + q) % 4 + rows, R * N + q, 13) for q in range(N)]
             outs = [torch.empty((q + R) % 4 + rows, dtype=dtype) for q in range(N)]
@@ -250,8 +274,34 @@ def check_all_to_all():
             for q in range(N):
                 same(outs[q], data(dtype, (q + R) % 4 + rows, q * N + R, 13),
                      f"all_to_all {dtype} rows {rows} from {q}")
-            counted["against gloo"] += 2
             counted["against the reference"] += 1
+
+
+def check_all_reduce_coalesced():
+    """Several tensors of one type and different shapes (one of them empty) in one call."""
+    shapes = [(3,), (0,), (4, 5), (70001,), (2, 3, 2)]
+    for dtype in (torch.float32, torch.float64, torch.int64, torch.uint8):
+        for op in (Op.SUM, Op.MAX, Op.MIN, Op.PRODUCT):
+            what = f"all_reduce_coalesced {dtype} {op}"
+            mine = [data(dtype, math.prod(s), R, 21 + i, op).reshape(s)
+                    for i, s in enumerate(shapes)]
+            ours = [t.clone() for t in mine]
+            dist.all_reduce_coalesced(ours, op=op)
+            theirs = [t.clone() for t in mine]
+            dist.all_reduce_coalesced(theirs, op=op, group=gloo)
+            for i, s in enumerate(shapes):
+                every = [data(dtype, math.prod(s), r, 21 + i, op).reshape(s) for r in range(N)]
+                same(ours[i], theirs[i], f"{what} tensor {i} (against gloo)")
+                same(ours[i], reference(dtype, op, every), f"{what} tensor {i}")
+            counted["against gloo"] += 1
+            counted["against the reference"] += 1
+    # async_op=True: torch hands back the work's future; the tensors hold the sums when it is done.
+    ts = [torch.full((5,), float(R + 1)), torch.full((2, 2), float(10 * R))]
+    fut = dist.all_reduce_coalesced(ts, async_op=True)
+    fut.wait()
+    same(ts[0], torch.full((5,), float(N * (N + 1) // 2)), "async all_reduce_coalesced 0")
+    same(ts[1], torch.full((2, 2), float(10 * N * (N - 1) // 2)), "async all_reduce_coalesced 1")
+    counted["against the reference"] += 1
 
 
 def check_point_to_point():
@@ -269,6 +319,41 @@ def check_point_to_point():
             dist.send(x, nxt, tag=count)
         same(got, data(torch.float32, count, prv, 17), f"send/recv {count}")
         counted["against the reference"] += 1
+
+
+def check_nonblocking_point_to_point():
+    """isend/irecv and batch_isend_irecv around the ring, on Cohort's group and Gloo's: every
+    operation of a rank posted before any is waited on, two tags received in the opposite order
+    to the sends, messages from empty to larger than the transport's buffers. Even ranks post
+    their sends first, odd ranks their receives, as in check_point_to_point. (Every rank posting
+    its sends first, or its receives first: p2p_order_test.py.)"""
+    if N == 1:
+        return
+    nxt, prv = (R + 1) % N, (R - 1) % N
+    for group, name in ((None, "cohort"), (gloo, "gloo")):
+        for count in (0, 5, 300001):
+            what = f"isend/irecv {name} count {count}"
+            x1 = data(torch.float32, count, R, 31)
+            x2 = data(torch.int64, count + 1, R, 32)
+            got1, got2 = torch.empty_like(x1), torch.empty_like(x2)
+            sends = [lambda: dist.isend(x1, nxt, group=group, tag=1),
+                     lambda: dist.isend(x2, nxt, group=group, tag=2)]
+            recvs = [lambda: dist.irecv(got2, prv, group=group, tag=2),
+                     lambda: dist.irecv(got1, prv, group=group, tag=1)]
+            reqs = [post() for post in (sends + recvs if R % 2 == 0 else recvs + sends)]
+            for req in reqs:
+                req.wait()
+            same(got1, data(torch.float32, count, prv, 31), what + " tag 1")
+            same(got2, data(torch.int64, count + 1, prv, 32), what + " tag 2")
+            counted["against the reference"] += 1
+            x3 = data(torch.float64, count, R, 33)
+            got3 = torch.empty_like(x3)
+            send = dist.P2POp(dist.isend, x3, nxt, group, tag=3)
+            recv = dist.P2POp(dist.irecv, got3, prv, group, tag=3)
+            for req in dist.batch_isend_irecv([send, recv] if R % 2 == 0 else [recv, send]):
+                req.wait()
+            same(got3, data(torch.float64, count, prv, 33), what + " batch_isend_irecv")
+            counted["against the reference"] += 1
 
 
 def check_async_and_futures():
@@ -290,7 +375,9 @@ check_rooted()
 check_gathers()
 check_reduce_scatter()
 check_all_to_all()
+check_all_reduce_coalesced()
 check_point_to_point()
+check_nonblocking_point_to_point()
 check_async_and_futures()
 dist.destroy_process_group()
 print(f"rank {R}: every collective agrees:", ", ".join(f"{v} {k}" for k, v in counted.items()))

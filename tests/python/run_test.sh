@@ -2,7 +2,10 @@
 # An unchanged torchrun-style DDP script (examples/python/train_ddp.py) started three ways:
 # `cohort run --workers 2 SCRIPT` (run directory, logs, events, summary), Debian's torchrun
 # (env:// rendezvous through torchrun's own agent store), and `cohort run` with a worker that
-# fails (the job fails, naming the rank, and stops the others).
+# fails (the job fails, naming the rank, and stops the others). Then `cohort run --python PATH`
+# (the workers run under that interpreter, with torchrun's variables), and a job file with
+# `debug: {check_collectives: true}` whose ranks disagree on an all_reduce's shape (the job fails
+# with Cohort's mismatch error naming both ranks and both shapes).
 #   run_test.sh COHORT_BINARY PYTHONPATH
 set -euo pipefail
 COHORT=$1
@@ -59,3 +62,74 @@ grep -q '"status": "failed"' "$tmp/fails/summary.json" || fail "summary of the f
 grep -q '"0": "killed by signal 15' "$tmp/fails/summary.json" ||
   fail "rank 0 was not stopped: $(cat "$tmp/fails/summary.json")"
 echo "run_test: a failed worker ends the job, named"
+
+# --python PATH: a wrapper that records each process it starts (exec keeps the pid), so a worker
+# whose pid is not in the record did not run under it. The workers check torchrun's variables.
+cat >"$tmp/python-wrapper" <<SH
+#!/bin/sh
+echo "\$\$" >>"$tmp/wrapper-pids"
+exec /usr/bin/python3 "\$@"
+SH
+chmod +x "$tmp/python-wrapper"
+cat >"$tmp/env.py" <<'PY'
+import os, socket, sys
+import torch
+import torch.distributed as dist
+import cohort
+env = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                      "MASTER_ADDR", "MASTER_PORT")}
+print(f"pid {os.getpid()} args {sys.argv[1:]} env {env}", flush=True)
+assert None not in env.values(), env
+assert env["WORLD_SIZE"] == "2" and env["LOCAL_WORLD_SIZE"] == "2", env
+assert env["RANK"] in ("0", "1") and env["LOCAL_RANK"] == env["RANK"], env  # one host
+assert 0 < int(env["MASTER_PORT"]) < 65536 and socket.getaddrinfo(env["MASTER_ADDR"], None), env
+dist.init_process_group("cohort")  # env://, from those variables
+assert (dist.get_rank(), dist.get_world_size()) == (int(env["RANK"]), 2)
+ranks = [torch.zeros(1, dtype=torch.int64) for _ in range(2)]
+dist.all_gather(ranks, torch.tensor([int(env["LOCAL_RANK"])]))
+assert [int(r) for r in ranks] == [0, 1], ranks  # each local rank once
+dist.destroy_process_group()
+print("env ok", flush=True)
+PY
+"$COHORT" run --workers 2 --python "$tmp/python-wrapper" --run-dir "$tmp/env" "$tmp/env.py" x y \
+  >"$tmp/env.out" 2>&1 || { cat "$tmp/env.out" "$tmp"/env/logs/rank-*.log; fail "--python: the job failed"; }
+[[ -s "$tmp/wrapper-pids" ]] || fail "--python: the interpreter given was not used"
+for r in 0 1; do
+  log=$tmp/env/logs/rank-$r.log
+  grep -q "env ok" "$log" || fail "--python: rank $r's log: $(cat "$log")"
+  grep -q "args \['x', 'y'\] env {'RANK': '$r', 'WORLD_SIZE': '2', 'LOCAL_RANK': '$r', 'LOCAL_WORLD_SIZE': '2'" "$log" ||
+    fail "--python: rank $r's variables: $(cat "$log")"
+  pid=$(sed -n 's/^pid \([0-9]*\) .*/\1/p' "$log")
+  grep -qx "$pid" "$tmp/wrapper-pids" ||
+    fail "--python: rank $r (pid $pid) did not run under the wrapper (it started: $(cat "$tmp/wrapper-pids"))"
+done
+echo "run_test: --python: both workers ran under the interpreter given, with torchrun's variables"
+
+# debug.check_collectives from a job file: ranks that disagree on a shape fail the job with
+# Cohort's mismatch error (unchecked, the same job fails with a different error: a byte count).
+cat >"$tmp/mismatch.py" <<'PY'
+import torch
+import torch.distributed as dist
+import cohort
+dist.init_process_group("cohort")
+t = torch.ones(3)
+dist.all_reduce(t)  # allreduce #1: the same on both ranks
+assert t.tolist() == [2.0] * 3, t
+dist.all_reduce(torch.zeros(4 + dist.get_rank()))  # allreduce #2: 4 elements on rank 0, 5 on 1
+print("the mismatched all_reduce returned", flush=True)
+PY
+printf 'name: mismatch\nworkers: 2\nprogram: {python: %s}\ndebug: {check_collectives: true}\ncomm: {timeout_s: 20}\n' \
+  "$tmp/mismatch.py" >"$tmp/mismatch.yaml"
+if "$COHORT" run "$tmp/mismatch.yaml" --run-dir "$tmp/mismatch" >"$tmp/mismatch.out" 2>&1; then
+  cat "$tmp/mismatch.out"; fail "check_collectives: ranks that disagree on a shape did not fail the job"
+fi
+for want in "job failed: rank [01]: ProtocolError: collective mismatch at sequence number 2" \
+            "rank 0 called allreduce #2 of 4 f32" "rank 1 called allreduce #2 of 5 f32"; do
+  grep -q "$want" "$tmp/mismatch.out" || { cat "$tmp/mismatch.out"; fail "check_collectives: no '$want'"; }
+done
+grep -q '"status": "failed"' "$tmp/mismatch/summary.json" &&
+  grep -q '"error": ".*collective mismatch' "$tmp/mismatch/summary.json" ||
+  fail "check_collectives: summary: $(cat "$tmp/mismatch/summary.json")"
+! grep -q "mismatched all_reduce returned" "$tmp"/mismatch/logs/rank-*.log ||
+  fail "check_collectives: a rank went past the mismatched all_reduce"
+echo "run_test: check_collectives from the job file names the mismatch: $(grep -o 'rank 0 called allreduce #2 of [^,]*' "$tmp/mismatch.out" | head -1)"
