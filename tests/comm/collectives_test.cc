@@ -137,6 +137,76 @@ TEST_P(Collectives, SendRecvAroundTheRing) {
   });
 }
 
+// As torch.distributed's isend/irecv allow (and Gloo runs): a rank posts its sends and recvs in
+// any order before it waits on them. Every rank its recv first; every rank a send first, larger
+// than what a connection buffers; and two tags, sent in one order and received in the other, with
+// even ranks posting their sends first and odd ranks their recvs.
+TEST_P(Collectives, SendsAndRecvsPostedInAnyOrderComplete) {
+  const int n = std::get<0>(GetParam());
+  const Wires wires = std::get<1>(GetParam());
+  if (n == 1) GTEST_SKIP() << "no peer to talk to";
+  World world(n, wires);
+  world.run([&](int r, Communicator& comm) {
+    const int right = (r + 1) % n, left = (r + n - 1) % n;
+    auto value = [](int from, uint32_t tag, size_t i) {
+      return static_cast<int32_t>(from * 1000 + static_cast<int>(tag) * 100 +
+                                  static_cast<int>(i % 97));
+    };
+    for (size_t m : {size_t{5}, size_t{300001}}) {
+      for (bool recv_first : {true, false}) {
+        std::vector<int32_t> out(m), in(m, -1);
+        for (size_t i = 0; i < m; ++i) out[i] = value(r, 1, i);
+        auto post_send = [&] {
+          return comm.send(Buffer{DType::I32, out.data(), m}, right, {.tag = 1});
+        };
+        auto post_recv = [&] {
+          return comm.recv(Buffer{DType::I32, in.data(), m}, left, {.tag = 1});
+        };
+        std::shared_ptr<Work> s, v;
+        if (recv_first) {
+          v = post_recv();
+          s = post_send();
+        } else {
+          s = post_send();
+          v = post_recv();
+        }
+        // Waited on in the order posted: the first one cannot end before the other has begun.
+        (recv_first ? v : s)->wait();
+        (recv_first ? s : v)->wait();
+        for (size_t i = 0; i < m; ++i) {
+          ASSERT_EQ(in[i], value(left, 1, i)) << "rank " << r << " m=" << m << " i=" << i;
+        }
+      }
+      std::vector<int32_t> out1(m), out2(m), in1(m, -1), in2(m, -1);
+      for (size_t i = 0; i < m; ++i) {
+        out1[i] = value(r, 1, i);
+        out2[i] = value(r, 2, i);
+      }
+      std::vector<std::shared_ptr<Work>> works;
+      auto sends = [&] {
+        works.push_back(comm.send(Buffer{DType::I32, out1.data(), m}, right, {.tag = 1}));
+        works.push_back(comm.send(Buffer{DType::I32, out2.data(), m}, right, {.tag = 2}));
+      };
+      auto recvs = [&] {
+        works.push_back(comm.recv(Buffer{DType::I32, in2.data(), m}, left, {.tag = 2}));
+        works.push_back(comm.recv(Buffer{DType::I32, in1.data(), m}, left, {.tag = 1}));
+      };
+      if (r % 2 == 0) {
+        sends();
+        recvs();
+      } else {
+        recvs();
+        sends();
+      }
+      for (auto& w : works) w->wait();
+      for (size_t i = 0; i < m; ++i) {
+        ASSERT_EQ(in1[i], value(left, 1, i)) << "rank " << r << " tag 1 m=" << m << " i=" << i;
+        ASSERT_EQ(in2[i], value(left, 2, i)) << "rank " << r << " tag 2 m=" << m << " i=" << i;
+      }
+    }
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizesTransports, Collectives,
                          ::testing::Combine(::testing::Values(1, 2, 3, 5, 8),
                                             ::testing::Values(Wires::Tcp, Wires::Shm, Wires::Mixed,

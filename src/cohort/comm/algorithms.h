@@ -186,7 +186,19 @@ struct AllToAllLayout {
   std::vector<size_t> send_counts, send_offsets, recv_counts, recv_offsets;
 };
 void all_to_all(OpContext& ctx, Buffer in, Buffer out, const AllToAllLayout& layout);
-void send_message(OpContext& ctx, Buffer buf, int dst);
-void recv_message(OpContext& ctx, Buffer buf, int src);
+// A send's or a recv's message (point_to_point.cc); `peer` in the operation's numbering.
+struct Message {
+  Buffer buf;
+  int peer = -1;
+  uint32_t tag = 0;
+};
+// The message `recv` wants, if it arrived before the recv was issued: copied to its buffer (true).
+// ProtocolError when its type or size is not the recv's.
+bool take_stashed(OpContext& ctx, const Message& recv);
+// Sends (`sends`) or receives `m`, taking on, while it waits alone, the message of the other
+// direction that join() offers (one that outlives the call; null: none yet), as exchange_messages
+// in exchange.h does. False when that one had not begun when `m` was done, and was left.
+bool run_message(OpContext& ctx, const Message& m, bool sends,
+                 const std::function<const Message*()>& join = {});
 
 }  // namespace cohort::comm

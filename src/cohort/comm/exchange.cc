@@ -72,24 +72,22 @@ struct RecvState {
 
 class Engine {
  public:
-  Engine(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, RecvPlan* recv, Spin spin,
-         size_t fold_bytes, Deadline deadline)
-      : mesh_(mesh), counters_(counters), id_(id), fold_bytes_(fold_bytes) {
-    if (send && send->count > 0) {
-      s_.plan = send;
-      s_.pair = &mesh.pair(send->peer, deadline);
-      if (FrameSeal* seal = mesh.seal(send->peer)) s_.mac = &seal->send();
-    }
-    if (recv && recv->count > 0) {
-      r_.plan = recv;
-      r_.pair = &mesh.pair(recv->peer, deadline);
-      if (FrameSeal* seal = mesh.seal(recv->peer)) r_.mac = &seal->recv();
-    }
-    auto spin_of = [&](const transport::Pair* p) {
-      if (!p) return std::chrono::nanoseconds{0};
-      return p->kind() == transport::Kind::Shm ? spin.shm : spin.tcp;
-    };
-    spin_ = std::max(spin_of(s_.pair), spin_of(r_.pair));
+  // `send_id` names the frames sent, `id` those received (the same operation's, except for a send
+  // and a recv run together); `join` (optional, exchange_messages) is asked for the other side
+  // while one side waits alone.
+  Engine(Mesh& mesh, Counters& counters, const OpId& send_id, const OpId& id, SendPlan* send,
+         RecvPlan* recv, Spin spin, size_t fold_bytes, Deadline deadline,
+         const Join* join = nullptr)
+      : mesh_(mesh),
+        counters_(counters),
+        sid_(&send_id),
+        id_(&id),
+        fold_bytes_(fold_bytes),
+        spin_in_(spin),
+        deadline_(deadline),
+        join_(join && *join ? join : nullptr) {
+    attach_send(send, &send_id);
+    attach_recv(recv, &id);
     yield_ = spin.yield;
   }
 
@@ -110,6 +108,11 @@ class Engine {
         progress |= pump_recv();
       }
       if (s_.done() && r_.done()) return;
+      // The side started with is done and the one joined has not begun: left for later.
+      if (joined_ && (joined_send_ ? r_.done() : s_.done()) && !joined_begun()) {
+        left_joined_ = true;
+        return;
+      }
       if (!progress) wait(deadline);
     }
   }
@@ -130,17 +133,17 @@ class Engine {
     SendPlan& p = *s_.plan;
     for (;;) {
       if (!s_.active) {
-        while (s_.i < p.count && id_.skip_empty && p.segment(s_.i).bytes == 0) {
+        while (s_.i < p.count && sid_->skip_empty && p.segment(s_.i).bytes == 0) {
           ++s_.i;
           progress = true;
         }
         if (s_.i == p.count || !send_ready(s_.i)) return progress;
         s_.seg = p.segment(s_.i);
         s_.hdr = WireHeader{};
-        s_.hdr.kind = static_cast<uint8_t>(id_.kind);
-        s_.hdr.dtype = static_cast<uint8_t>(id_.dtype);
-        s_.hdr.tag = id_.tag;
-        s_.hdr.seq = id_.seq;
+        s_.hdr.kind = static_cast<uint8_t>(sid_->kind);
+        s_.hdr.dtype = static_cast<uint8_t>(sid_->dtype);
+        s_.hdr.tag = sid_->tag;
+        s_.hdr.seq = sid_->seq;
         s_.hdr.bytes = s_.seg.bytes;
         s_.off = 0;
         s_.active = true;
@@ -169,10 +172,11 @@ class Engine {
         // A point-to-point recv may be posted after this send ends; a collective's peer reads
         // while this rank sends.
         rc = s_.pair->send_some(iov, n,
-                                id_.kind == OpKind::PointToPoint ? transport::Delivery::Buffered
-                                                                 : transport::Delivery::Rendezvous);
+                                sid_->kind == OpKind::PointToPoint
+                                    ? transport::Delivery::Buffered
+                                    : transport::Delivery::Rendezvous);
       } catch (const PeerLostError& e) {
-        lost(p.peer, id_, e);
+        lost(p.peer, *sid_, e);
       }
       if (rc == 0) {
         s_.blocked = true;
@@ -196,7 +200,7 @@ class Engine {
     try {
       rc = r_.pair->recv_some(p, n);
     } catch (const PeerLostError& e) {
-      lost(peer, id_, e);
+      lost(peer, *id_, e);
     }
     counters_.received.fetch_add(rc, std::memory_order_relaxed);
     if (rc < n) r_.blocked = true;  // drained
@@ -208,7 +212,7 @@ class Engine {
     const WireHeader& h = r_.hdr;
     const int peer = r_.plan->peer;
     // Only an error message needs it: a header that matches costs no string.
-    auto here = [&] { return describe(id_.kind, id_.seq, id_.tag); };
+    auto here = [&] { return describe(id_->kind, id_->seq, id_->tag); };
     if (h.magic != kDataMagic) {
       char m[16];
       std::snprintf(m, sizeof(m), "%08x", h.magic);
@@ -217,7 +221,7 @@ class Engine {
                           ") while this rank is in " + here());
     }
     const auto kind = static_cast<OpKind>(h.kind);
-    if (kind == OpKind::PointToPoint && !(id_.kind == OpKind::PointToPoint && h.tag == id_.tag)) {
+    if (kind == OpKind::PointToPoint && !(id_->kind == OpKind::PointToPoint && h.tag == id_->tag)) {
       // A message for a recv not issued yet: keep it for that recv, within the stash's bound.
       const uint64_t held = mesh_.stashed_bytes(peer);
       if (h.bytes > mesh_.stash_limit() || held + h.bytes > mesh_.stash_limit()) {
@@ -236,20 +240,20 @@ class Engine {
       if (r_.mac) r_.mac->begin(&h, sizeof(WireHeader));
       return;
     }
-    if (kind != id_.kind || (kind != OpKind::PointToPoint && h.seq != id_.seq)) {
+    if (kind != id_->kind || (kind != OpKind::PointToPoint && h.seq != id_->seq)) {
       throw ProtocolError(rank_str(peer) + " sent " + describe(kind, h.seq, h.tag) +
                           " but this rank is in " + here());
     }
-    if (kind != OpKind::PointToPoint && h.tag != id_.tag) {
+    if (kind != OpKind::PointToPoint && h.tag != id_->tag) {
       throw ProtocolError(rank_str(peer) + " sent " + here() + " in wire format " +
                           std::to_string(h.tag) + " but this rank uses format " +
-                          std::to_string(id_.tag) + " (do all ranks use the same compression?)");
+                          std::to_string(id_->tag) + " (do all ranks use the same compression?)");
     }
-    if (h.dtype != static_cast<uint8_t>(id_.dtype)) {
+    if (h.dtype != static_cast<uint8_t>(id_->dtype)) {
       throw ProtocolError(rank_str(peer) + " sent " +
                           std::string(dtype_name(static_cast<DType>(h.dtype))) + " data in " +
                           here() + " but this rank's buffer is " +
-                          std::string(dtype_name(id_.dtype)));
+                          std::string(dtype_name(id_->dtype)));
     }
     if (h.bytes != r_.seg.bytes) {
       throw ProtocolError(rank_str(peer) + " sent " + std::to_string(h.bytes) + " bytes in " +
@@ -281,7 +285,7 @@ class Engine {
   // byte has come.
   bool fold_arriving(bool& progress) {
     RecvPlan& p = *r_.plan;
-    const size_t es = dtype_size(id_.dtype);
+    const size_t es = dtype_size(id_->dtype);
     while (r_.got < r_.seg.bytes) {
       if (r_.folded == r_.got) {
         const uint8_t* at = nullptr;
@@ -289,7 +293,7 @@ class Engine {
         try {
           k = r_.pair->peek(&at);
         } catch (const PeerLostError& e) {
-          lost(p.peer, id_, e);
+          lost(p.peer, *id_, e);
         }
         k = std::min(k, r_.seg.bytes - r_.got);
         k -= k % es;
@@ -320,7 +324,7 @@ class Engine {
   void check_tag() {
     if (tags_equal(r_.tag, r_.mac->finish())) return;
     const int peer = r_.plan->peer;
-    throw IntegrityError(describe(id_.kind, id_.seq, id_.tag) + ": data from " + rank_str(peer) +
+    throw IntegrityError(describe(id_->kind, id_->seq, id_->tag) + ": data from " + rank_str(peer) +
                          " failed its integrity check (comm.integrity): it was changed, "
                          "injected, replayed or reordered on the way from " +
                          rank_str(peer) + " to this rank");
@@ -367,7 +371,7 @@ class Engine {
         if (p.on_segment) p.on_segment(j);  // folded as it arrived, and not empty
       } else if (p.on_segment || p.fold) {
         const Segment seg = p.segment(j);
-        if (!(id_.skip_empty && seg.bytes == 0)) {
+        if (!(id_->skip_empty && seg.bytes == 0)) {
           if (seg.fold) p.fold(j, 0, seg.data, seg.bytes);
           if (p.on_segment) p.on_segment(j);
         }
@@ -383,7 +387,7 @@ class Engine {
     RecvPlan& p = *r_.plan;
     for (;;) {
       if (r_.phase == RecvState::Idle) {
-        while (r_.i < p.count && id_.skip_empty && p.segment(r_.i).bytes == 0) {
+        while (r_.i < p.count && id_->skip_empty && p.segment(r_.i).bytes == 0) {
           ++r_.i;
           progress = true;
         }
@@ -454,7 +458,7 @@ class Engine {
     const bool want_out = !s_.done() && s_.active && s_.blocked;
     const bool want_in = !r_.done() && r_.phase != RecvState::Idle && r_.blocked;
     if (!want_out && !want_in) {
-      throw Error(describe(id_.kind, id_.seq, id_.tag) +
+      throw Error(describe(id_->kind, id_->seq, id_->tag) +
                   ": internal error: the schedule waits on itself");
     }
     pollfd fds[2] = {{-1, 0, 0}, {-1, 0, 0}};  // [0]: the send pair, [1]: the receive pair
@@ -481,13 +485,16 @@ class Engine {
     for (;;) {
       auto [out, in] = watch(true);
       if (!out && !in) {
-        const int rc = ::poll(fds, 2, deadline.poll_timeout_ms());
+        int timeout_ms = deadline.poll_timeout_ms();
+        if (may_join() && (timeout_ms < 0 || timeout_ms > kJoinPollMs)) timeout_ms = kJoinPollMs;
+        const int rc = ::poll(fds, 2, timeout_ms);
         if (rc < 0 && errno != EINTR) throw SystemError("poll", errno);
       }
       // Every armed watch is answered, whatever woke the poll.
       out = (want_out && s_.pair->woke(Direction::Send, fds[0].revents)) || out;
       in = (want_in && r_.pair->woke(Direction::Recv, fds[1].revents)) || in;
       if (out || in) return ready(out, in, t0);
+      if (may_join() && take_join()) return;
       if (deadline.expired()) {
         if (want_in) {
           throw StallError(r_.plan->peer, "waiting for data from " + rank_str(r_.plan->peer));
@@ -499,6 +506,55 @@ class Engine {
     }
   }
 
+  // One side waits alone, and join_ may offer the other.
+  bool may_join() const { return join_ && !joined_ && (!s_.plan != !r_.plan); }
+  // Takes on what join_ offers, if anything.
+  bool take_join() {
+    const JoinOffer offer = (*join_)(!s_.plan);
+    if (s_.plan ? !offer.recv : !offer.send) return false;
+    joined_ = true;
+    joined_send_ = !s_.plan;
+    if (joined_send_) {
+      attach_send(offer.send, offer.id);
+    } else {
+      attach_recv(offer.recv, offer.id);
+    }
+    return true;
+  }
+  void attach_send(SendPlan* send, const OpId* id) {
+    if (!send || send->count == 0) return;
+    sid_ = id;
+    s_.plan = send;
+    s_.pair = &mesh_.pair(send->peer, deadline_);
+    if (FrameSeal* seal = mesh_.seal(send->peer)) s_.mac = &seal->send();
+    spin_ = std::max(spin_, spin_of(s_.pair));
+  }
+  void attach_recv(RecvPlan* recv, const OpId* id) {
+    if (!recv || recv->count == 0) return;
+    id_ = id;
+    r_.plan = recv;
+    r_.pair = &mesh_.pair(recv->peer, deadline_);
+    if (FrameSeal* seal = mesh_.seal(recv->peer)) r_.mac = &seal->recv();
+    spin_ = std::max(spin_, spin_of(r_.pair));
+  }
+  std::chrono::nanoseconds spin_of(const transport::Pair* p) const {
+    return p->kind() == transport::Kind::Shm ? spin_in_.shm : spin_in_.tcp;
+  }
+
+ public:
+  // Once the side it was started with is done: whether the joined side had not begun (no byte
+  // of it sent or received; whole messages for other recvs may have been stashed), so that it
+  // was left for later.
+  bool left_joined() const { return left_joined_; }
+
+ private:
+  bool joined_begun() const {
+    if (joined_send_) return s_.i > 0 || s_.active;
+    return r_.i > 0 ||
+           !(r_.phase == RecvState::Idle || (r_.phase == RecvState::Header && r_.hdr_got == 0));
+  }
+  bool left_joined_ = false;
+
   // The sides the wait found ready are unblocked; the wait took since t0.
   void ready(bool out, bool in, std::chrono::steady_clock::time_point t0) {
     if (OpTiming* timing = t_op_timing) {
@@ -508,10 +564,19 @@ class Engine {
     if (in) r_.blocked = false;
   }
 
+  // How often a wait alone asks join_ for the other side.
+  static constexpr int kJoinPollMs = 2;
+
   Mesh& mesh_;
   Counters& counters_;
-  const OpId& id_;
+  const OpId* sid_;
+  const OpId* id_;
   size_t fold_bytes_;
+  Spin spin_in_;
+  Deadline deadline_;
+  const Join* join_;
+  bool joined_ = false;  // a side came from join_
+  bool joined_send_ = false;
   std::chrono::nanoseconds spin_{0};
   bool yield_ = false;
   SendState s_;
@@ -527,7 +592,20 @@ void exchange(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, Re
       if (peer >= 0) timing->peers |= uint64_t{1} << std::min(peer, 63);
     }
   }
-  Engine(mesh, counters, id, send, recv, spin, fold_bytes, deadline).run(deadline);
+  Engine(mesh, counters, id, id, send, recv, spin, fold_bytes, deadline).run(deadline);
+}
+
+bool exchange_messages(Mesh& mesh, Counters& counters, const OpId& send_id, SendPlan* send,
+                       const OpId& recv_id, RecvPlan* recv, Deadline deadline, Spin spin,
+                       const Join& join) {
+  if (OpTiming* timing = t_op_timing) {
+    for (int peer : {send ? send->peer : -1, recv ? recv->peer : -1}) {
+      if (peer >= 0) timing->peers |= uint64_t{1} << std::min(peer, 63);
+    }
+  }
+  Engine engine(mesh, counters, send_id, recv_id, send, recv, spin, 0, deadline, &join);
+  engine.run(deadline);
+  return !engine.left_joined();
 }
 
 }  // namespace cohort::comm

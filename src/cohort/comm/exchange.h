@@ -119,4 +119,24 @@ class StallError : public TimeoutError {
 void exchange(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, RecvPlan* recv,
               Deadline deadline, Spin spin = {}, size_t fold_bytes = 0);
 
+// What exchange_messages may take on while the one side it was given waits alone: a send (to
+// run beside a recv) or a recv (beside a send), with its id; plan and id must outlive the call.
+struct JoinOffer {
+  SendPlan* send = nullptr;
+  RecvPlan* recv = nullptr;
+  const OpId* id = nullptr;
+};
+// Asked with true for a send, false for a recv; an empty offer: nothing (yet).
+using Join = std::function<JoinOffer(bool want_send)>;
+
+// A send or a recv of a point-to-point message (or both, each with its own id: tag and type).
+// With `join`, one that waits alone asks it every few milliseconds for a message of the other
+// direction and runs that beside it, so that neither of two ranks that each wait to send to (or
+// receive from) the other waits for the other's next operation. Once the side it was given is
+// done, a joined side that has not begun (nothing of it sent or received) is left: false; true
+// when everything it ran is done. Throws as exchange() does.
+bool exchange_messages(Mesh& mesh, Counters& counters, const OpId& send_id, SendPlan* send,
+                       const OpId& recv_id, RecvPlan* recv, Deadline deadline, Spin spin = {},
+                       const Join& join = {});
+
 }  // namespace cohort::comm

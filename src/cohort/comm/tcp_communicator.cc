@@ -142,6 +142,8 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype, size_t 
     op.count = shape->count;
     op.algorithm = shape->algorithm;
     op.detail = shape->detail;
+    op.message = shape->message;
+    op.sends = shape->sends;
   }
   op.id = OpId{.kind = kind,
                .seq = 0,
@@ -337,10 +339,12 @@ std::shared_ptr<Work> TcpCommunicator::send(Buffer buf, int dst, const PointToPo
     throw ConfigError("send: rank " + std::to_string(rank()) + " cannot send to rank " +
                       std::to_string(dst) + " in a world of " + std::to_string(size()));
   }
-  return enqueue(
-      OpKind::PointToPoint, buf.dtype, buf.bytes(), opts.timeout,
-      [buf, dst](OpContext& ctx) { send_message(ctx, buf, dst); }, opts.tag, dst,
-      "send to rank " + std::to_string(dst) + " (tag " + std::to_string(opts.tag) + ")");
+  Op message;
+  message.message = Message{.buf = buf, .peer = dst, .tag = opts.tag};
+  message.sends = true;
+  return enqueue(OpKind::PointToPoint, buf.dtype, buf.bytes(), opts.timeout, nullptr, opts.tag, dst,
+                 "send to rank " + std::to_string(dst) + " (tag " + std::to_string(opts.tag) + ")",
+                 &message);
 }
 
 std::shared_ptr<Work> TcpCommunicator::recv(Buffer buf, int src, const PointToPointOptions& opts) {
@@ -349,10 +353,12 @@ std::shared_ptr<Work> TcpCommunicator::recv(Buffer buf, int src, const PointToPo
     throw ConfigError("recv: rank " + std::to_string(rank()) + " cannot receive from rank " +
                       std::to_string(src) + " in a world of " + std::to_string(size()));
   }
+  Op message;
+  message.message = Message{.buf = buf, .peer = src, .tag = opts.tag};
   return enqueue(
-      OpKind::PointToPoint, buf.dtype, buf.bytes(), opts.timeout,
-      [buf, src](OpContext& ctx) { recv_message(ctx, buf, src); }, opts.tag, src,
-      "recv from rank " + std::to_string(src) + " (tag " + std::to_string(opts.tag) + ")");
+      OpKind::PointToPoint, buf.dtype, buf.bytes(), opts.timeout, nullptr, opts.tag, src,
+      "recv from rank " + std::to_string(src) + " (tag " + std::to_string(opts.tag) + ")",
+      &message);
 }
 
 std::exception_ptr TcpCommunicator::failure() const {
@@ -467,35 +473,41 @@ void TcpCommunicator::execute(Op& op) {
       return;
     }
   }
-  if (collective) recorder_->on_started(op.id.seq, op.algorithm);
+  if (!collective) {
+    execute_message(op);
+    return;
+  }
+  recorder_->on_started(op.id.seq, op.algorithm);
   OpTiming timing;
   t_op_timing = &timing;
   const uint64_t sent_before = counters_.sent.load(std::memory_order_relaxed);
   auto sent = [&] { return counters_.sent.load(std::memory_order_relaxed) - sent_before; };
-  OpContext ctx{.mesh = *mesh_,
-                .counters = counters_,
-                .id = op.id,
-                .deadline = Deadline::after(op.timeout),
-                .chunk_bytes = config_.chunk_bytes,
-                .scratch = scratch_,
-                .ring_window = config_.ring_window,
-                .spin = op.spin,
-                .fold_bytes = config_.shm_fold_bytes};
+  OpContext ctx = context(op, Deadline::after(op.timeout));
   try {
-    if (collective && config_.check_collectives && mesh_->size() > 1) check_fingerprint(ctx, op);
+    if (config_.check_collectives && mesh_->size() > 1) check_fingerprint(ctx, op);
     op.body(ctx);
   } catch (...) {
     t_op_timing = nullptr;
-    if (collective) recorder_->on_finished(op.id.seq, false, &timing, sent());
+    recorder_->on_finished(op.id.seq, false, &timing, sent());
     op.work->fail(fail(op, std::current_exception()));
     return;
   }
   t_op_timing = nullptr;
-  if (collective) {
-    recorder_->on_finished(op.id.seq, true, &timing, sent());
-    collectives_.fetch_add(1, std::memory_order_relaxed);
-  }
+  recorder_->on_finished(op.id.seq, true, &timing, sent());
+  collectives_.fetch_add(1, std::memory_order_relaxed);
   op.work->finish();
+}
+
+OpContext TcpCommunicator::context(const Op& op, Deadline deadline) {
+  return OpContext{.mesh = *mesh_,
+                   .counters = counters_,
+                   .id = op.id,
+                   .deadline = deadline,
+                   .chunk_bytes = config_.chunk_bytes,
+                   .scratch = scratch_,
+                   .ring_window = config_.ring_window,
+                   .spin = op.spin,
+                   .fold_bytes = config_.shm_fold_bytes};
 }
 
 std::exception_ptr TcpCommunicator::fail(const Op& op, std::exception_ptr raw) {

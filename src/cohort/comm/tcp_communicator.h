@@ -69,8 +69,10 @@ class TcpCommunicator final : public Communicator {
     std::chrono::milliseconds timeout{0};
     // Until then only a thread waiting on the operation runs it (CommConfig::hand_off_delay).
     Clock::time_point hand_off_at{};
-    Spin spin{};  // CommConfig::spin_wait where it applies
-    std::function<void(OpContext&)> body;
+    Spin spin{};                           // CommConfig::spin_wait where it applies
+    std::function<void(OpContext&)> body;  // a collective's
+    Message message{};                     // a send's or a recv's (peer, id.tag)
+    bool sends = false;
   };
 
   // `shape` carries count, algorithm and detail into the queued Op; `bytes` is the size of the
@@ -92,6 +94,11 @@ class TcpCommunicator final : public Communicator {
   // flight, `work` is no longer queued, or they might not end within `limit`.
   void run_until(const Work& work, std::chrono::milliseconds limit);
   void execute(Op& op);
+  // A send or a recv (tcp_p2p.cc), run beside the first queued one of the other direction.
+  void execute_message(Op& op);
+  // Moves that op out of the queue into `other`; false when there is none.
+  bool take_partner(const Op& op, Op& other);
+  OpContext context(const Op& op, Deadline deadline);
   // Turns the raw error of a failed operation into the error the user sees, and makes the
   // communicator fail-stop: records it for every later operation, tells the other ranks through
   // the store, and shuts every connection down so that they fail fast too.
