@@ -87,7 +87,7 @@ def free_port():
 
 
 results = {"torchelastic": [], "cohort": []}
-args = ["--kill-step", str(KILL), "--commit-every", str(COMMIT)]
+args = ["--kill-step", str(KILL), "--commit-every", str(COMMIT), "--samples", "60000"]
 for i in range(1, rounds + 1):
     d = os.path.join(out, f"torchelastic-{i}")
     results["torchelastic"].append(run(f"torchelastic r{i}", [
@@ -133,7 +133,7 @@ lines = [
     % (os.cpu_count(), cpu, os.uname().release, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
        time.time() - started, load_before[0], os.getloadavg()[0], rounds), "",
     load_note(os.environ["QUIET_LOG"]), "",
-    "One script for both, `bench/python_elastic.py`: an MLP (784-256-10) on the first 30,000 "
+    "One script for both, `bench/python_elastic.py`: an MLP (784-256-10) on all 60,000 "
     "Fashion-MNIST images, %d workers, one thread each, batch 32 per worker, SGD with momentum, "
     "`cohort.elastic.State` and `DistributedSampler`, a commit every %d steps; job rank 1 SIGKILLs "
     "itself after step %d on the first attempt. Cohort: `cohort run` with `elastic: {min_workers: 2, "
