@@ -71,7 +71,7 @@ class TcpCommunicator final : public Communicator {
     Clock::time_point hand_off_at{};
     Spin spin{};                           // CommConfig::spin_wait where it applies
     std::function<void(OpContext&)> body;  // a collective's
-    Message message{};                     // a send's or a recv's (peer, id.tag)
+    Message message{};                     // a send's or a recv's
     bool sends = false;
   };
 
@@ -94,7 +94,8 @@ class TcpCommunicator final : public Communicator {
   // flight, `work` is no longer queued, or they might not end within `limit`.
   void run_until(const Work& work, std::chrono::milliseconds limit);
   void execute(Op& op);
-  // A send or a recv (tcp_p2p.cc), run beside the first queued one of the other direction.
+  // A send or a recv (tcp_p2p.cc): while it waits, the first queued one of the other direction
+  // runs beside it.
   void execute_message(Op& op);
   // Moves that op out of the queue into `other`; false when there is none.
   bool take_partner(const Op& op, Op& other);
