@@ -11,7 +11,8 @@
 #      step, which joins as a replacement; the job completes at full size with every sample of the
 #      epoch trained on once.
 #   3. `scancel JOB` ends a running job: the launcher records it as cancelled and no process of it
-#      is left.
+#      is left, also when the workers' steps die before the launcher's own SIGTERM arrives (held
+#      back with gdb, where gdb is installed).
 #
 # Exit 77 (ctest: skipped) without root, without Slurm's and munge's programs, or without the cgroup
 # file system (slurmd 22.05 will not start without it: a chroot that does not mount it).
@@ -192,7 +193,19 @@ for line in open(sys.argv[1]):
   "$RUN3/events.jsonl")
 [[ -n $PORT ]] || fail "no coordinator in job 3's events"
 [[ -n $(pgrep -f "worker --join [^ ]*:$PORT") ]] || fail "job 3's workers are not where expected"
-scancel "$J"
+# Slurm signals the workers' steps and the launcher at once. With gdb here, the launcher's own
+# SIGTERM is held back (discarded by the debugger it runs under) so that the workers' deaths come
+# first: the launcher must still see a cancelled job, not a failed one, from Slurm's job state.
+LAUNCHER=$(pgrep -f "run-dir $RUN3" | head -1)
+if command -v gdb >/dev/null && [[ -n $LAUNCHER ]]; then
+  HELD=1
+  timeout 60 gdb -q -p "$LAUNCHER" -batch -ex "handle all nostop noprint pass" \
+    -ex "handle SIGTERM nostop noprint nopass" \
+    -ex "shell scancel $J" -ex continue >"$D/log/gdb.log" 2>&1
+else
+  HELD=
+  scancel "$J"
+fi
 wait_gone "$J"
 left() { pgrep -af "$RUN3|worker --join [^ ]*:$PORT "; }
 for _ in $(seq 50); do
@@ -201,4 +214,8 @@ for _ in $(seq 50); do
 done
 [[ -z $(left) ]] || fail "left behind: $(left)"
 [[ $(summary "$RUN3" status) == cancelled ]] || fail "job 3: $(cat "$RUN3/summary.json" 2>&1)"
+if [[ -n $HELD ]]; then
+  summary "$RUN3" error | grep -q "Slurm is ending job $J" ||
+    fail "job 3 (its launcher's SIGTERM held back): $(cat "$RUN3/summary.json" 2>&1)"
+fi
 echo "PASS: scancel ended the job and left no process"

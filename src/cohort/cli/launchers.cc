@@ -77,7 +77,7 @@ std::vector<std::string> lines_of(const std::string& text) {
   return out;
 }
 
-// The value of `key=` in `scontrol show node` output.
+// The value of `key=` in `scontrol show node` or `scontrol show job -o` output.
 std::string field(const std::string& text, const std::string& key) {
   std::stringstream in(text);
   for (std::string word; in >> word;) {
@@ -148,6 +148,22 @@ ProcessStarter::ProcessStarter(const WorkerCommand& w, bool fork_server) : self_
   } catch (const std::exception& e) {
     spdlog::warn("starting each worker with its own exec: {}", e.what());
   }
+}
+
+std::string SlurmAllocation::ending() const {
+  std::string state, reason;
+  try {
+    const std::string job = output_of(
+        {find_program("scontrol", "--launcher slurm needs Slurm's tools"), "show", "job", "-o",
+         job_id});
+    state = field(job, "JobState");
+    reason = field(job, "Reason");
+  } catch (const std::exception& e) {
+    spdlog::warn("could not ask Slurm about job {}: {}", job_id, e.what());
+    return "";
+  }
+  if (state.empty() || state == "RUNNING") return "";
+  return "JobState=" + state + " Reason=" + reason;
 }
 
 elastic::ChildProcess ProcessStarter::start(const elastic::SpawnOptions& how) {

@@ -46,6 +46,11 @@ struct SlurmAllocation {
   static SlurmAllocation current();
   // The address of the node this process runs on (SLURMD_NODENAME), else of the first node.
   std::string this_node_address() const;
+  // Whether Slurm is ending the job (scancel, its time limit, a node failure): slurmctld marks
+  // the job before slurmd signals any of its steps, so a worker's step that died of it shows
+  // here even when the launcher's own SIGTERM has not arrived yet. "JobState=... Reason=..."
+  // then, empty while the job runs (or when slurmctld cannot be asked).
+  std::string ending() const;
 };
 
 // A worker as a child process of this one, on this machine.

@@ -432,6 +432,14 @@ void JobLaunch::check_stragglers() {
 }
 
 bool JobLaunch::end(std::string status, std::string error) {
+  // Slurm ending the job signals the workers' steps and this launcher at once: a worker's death
+  // may be seen first. That is a cancelled job, not a failed one.
+  if (status == "failed" && slurm_) {
+    if (auto why = slurm_->ending(); !why.empty()) {
+      status = "cancelled";
+      error = "Slurm is ending job " + slurm_->job_id + " (" + why + "); " + error;
+    }
+  }
   status_ = std::move(status);
   error_ = std::move(error);
   return false;
