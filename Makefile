@@ -27,7 +27,8 @@ test-asan:
 	$(MAKE) test PRESET=asan
 
 test-tsan:
-	$(MAKE) test PRESET=tsan
+	TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
+	  $(MAKE) test PRESET=tsan
 
 # Every suite, DDP, training and end to end included, under ASan + UBSan (libtorch itself is not
 # instrumented: container-overflow checks across it would be false alarms, and its own
