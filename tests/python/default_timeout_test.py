@@ -1,8 +1,10 @@
 """init_process_group("cohort", timeout=...) sets the deadline of the default group's
 collectives: with 2 s, a rank that never enters an all_reduce is named by the other's
 cohort.TimeoutError about 2 s later (not torch's default of 30 minutes), with the collective and
-its sequence number, and a hang report; the group is dead afterwards on both ranks. The env://
-rendezvous on the launcher's store, as under torchrun's agent."""
+its sequence number, and a hang report; the group is dead afterwards on both ranks. Before that, a
+recv whose send never comes, on a group with the same deadline, is named with its hang report
+naming the rank that never sent. The env:// rendezvous on the launcher's store, as under
+torchrun's agent."""
 
 import os
 import shutil
@@ -30,6 +32,27 @@ store = ranks.store()  # the test's own hand-shake, outside the group under test
 t = torch.ones(8)
 dist.all_reduce(t)  # allreduce #1: both ranks
 assert t.tolist() == [2.0] * 8, t
+
+# A recv whose send never comes, on a group of its own with a 2 s deadline: the timeout names the
+# recv, and its hang report the rank that never sent the message.
+p2p = dist.new_group(backend="cohort", timeout=timedelta(seconds=2))
+if R == 0:
+    try:
+        dist.recv(torch.zeros(1000), src=1, group=p2p, tag=5)
+        sys.exit("rank 0: recv returned without a send")
+    except cohort.TimeoutError as e:
+        msg = str(e)
+    print(f"rank 0: recv: {msg}", flush=True)
+    for want in ("recv from rank 1 (tag 5)", "hang report: " + report):
+        assert want in msg, f"recv timeout without {want!r}: {msg}"
+    text = open(report).read()
+    for want in ("no collective is in flight; rank 0 has waited ",
+                 "in recv from rank 1 (tag 5, 4.0 KB), which rank 1 never sent (posted no send "
+                 "to rank 0 with tag 5)"):
+        assert want in text, text
+    store.set("rank0_recv_timed_out", "1")
+else:
+    store.wait(["rank0_recv_timed_out"], timedelta(seconds=30))
 
 if R == 0:
     start = time.monotonic()

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <latch>
 #include <thread>
 
 #include "../comm/world.h"
@@ -91,6 +92,67 @@ TEST(HangDiagnosis, NoCollectiveInFlightListsWhatEachRankDoes) {
   EXPECT_NE(d.headline.find("rank 1 is in data of step 3"), std::string::npos) << d.headline;
 }
 
+// A recv whose send never comes, through real communicators: rank 0 waits in a recv from rank 1
+// that rank 1, busy elsewhere, never sends; the report names rank 1 and the message.
+TEST(HangDiagnosis, NamesTheRankThatNeverSentWhatARecvWaitsFor) {
+  World world(3);
+  std::vector<RankInfo> infos(3);
+  std::latch posted(3), reported(3);
+  world.run([&](int r, Communicator& comm) {
+    std::vector<float> a(1000, 1.0f);
+    comm.allreduce(Buffer{DType::F32, a.data(), a.size()}, {.timeout = 60s})->wait();
+    comm.flight_recorder().set_activity(5, Phase::Training);
+    std::shared_ptr<comm::Work> work;
+    if (r == 0) work = comm.recv(Buffer{DType::F32, a.data(), a.size()}, 1, {.tag = 7});
+    posted.arrive_and_wait();
+    if (r == 0) {
+      for (int k = 0; k < 3; ++k) {
+        infos[static_cast<size_t>(k)].report = world[k].flight_recorder().snapshot();
+      }
+    }
+    reported.arrive_and_wait();
+    // Now the send comes, and the recv completes.
+    if (r == 1) comm.send(Buffer{DType::F32, a.data(), a.size()}, 0, {.tag = 7})->wait();
+    if (r == 0) work->wait();
+  });
+  ASSERT_EQ(infos[0].report->messages.size(), 1u);
+  EXPECT_TRUE(infos[1].report->messages.empty());
+  EXPECT_TRUE(world[0].flight_recorder().snapshot().messages.empty());  // completed: gone
+
+  HangDiagnosis d = diagnose_hang(infos);
+  EXPECT_EQ(d.stuck_seq, 0u);
+  EXPECT_EQ(d.culprits, std::vector<int>{1});
+  EXPECT_NE(d.headline.find("no collective is in flight; rank 0 has waited "), std::string::npos)
+      << d.headline;
+  EXPECT_NE(d.headline.find(" s in recv from rank 1 (tag 7, 4.0 KB), which rank 1 never sent "
+                            "(posted no send to rank 0 with tag 7); rank 1 is in training of "
+                            "step 5"),
+            std::string::npos)
+      << d.headline;
+  EXPECT_NE(d.details[0].find("waiting in recv from rank 1 (tag 7, 4.0 KB) for "),
+            std::string::npos)
+      << d.details[0];
+  EXPECT_NE(d.text().find("in flight: recv from rank 1 (tag 7, 4.0 KB)"), std::string::npos)
+      << d.text();
+}
+
+// Both sides of a message in flight: neither rank is to blame, the connection is.
+TEST(HangDiagnosis, ASendAndItsRecvBothInFlightSuspectTheConnection) {
+  comm::FlightRecorder a(0), b(1);
+  auto pending = std::make_shared<comm::Work>("p2p", 1);
+  a.on_message_posted({.id = 1, .sends = true, .peer = 1, .tag = 2, .count = 10}, pending);
+  b.on_message_posted({.id = 1, .sends = false, .peer = 0, .tag = 2, .count = 10}, pending);
+  HangDiagnosis d = diagnose_hang({{.report = a.snapshot()}, {.report = b.snapshot()}});
+  EXPECT_TRUE(d.culprits.empty());
+  EXPECT_NE(d.headline.find("rank 0 has waited "), std::string::npos) << d.headline;
+  EXPECT_NE(d.headline.find(" s in send to rank 1 (tag 2, 40 B), and rank 1 has the matching "
+                            "recv in flight: suspect the connection between them"),
+            std::string::npos)
+      << d.headline;
+  pending->finish();
+  EXPECT_TRUE(a.snapshot().messages.empty());
+}
+
 TEST(FlightRecord, JsonRoundTrips) {
   comm::FlightRecorder rec(5, 8);
   rec.on_queued({.seq = 1, .kind = comm::OpKind::Broadcast, .dtype = DType::I64, .count = 3});
@@ -112,7 +174,26 @@ TEST(FlightRecord, JsonRoundTrips) {
   EXPECT_EQ(back.records[1].state, comm::CollectiveState::Started);
   EXPECT_EQ(back.records[1].label, "bucket 0");
   EXPECT_EQ(back.records[0].finished_us, s.records[0].finished_us);
+  EXPECT_TRUE(back.messages.empty());
   EXPECT_THROW(snapshot_from_json(nlohmann::json{{"rank", 1}}), Error);
+
+  auto work = std::make_shared<comm::Work>("recv", 1);
+  rec.on_message_posted({.id = 4, .sends = false, .peer = 2, .tag = 9, .dtype = DType::I64,
+                         .count = 6},
+                        work);
+  s = rec.snapshot();
+  back = snapshot_from_json(nlohmann::json::parse(to_json(s).dump()));
+  ASSERT_EQ(back.messages.size(), 1u);
+  EXPECT_EQ(back.messages[0].id, 4u);
+  EXPECT_FALSE(back.messages[0].sends);
+  EXPECT_EQ(back.messages[0].peer, 2);
+  EXPECT_EQ(back.messages[0].tag, 9u);
+  EXPECT_EQ(back.messages[0].dtype, DType::I64);
+  EXPECT_EQ(back.messages[0].bytes(), 48u);
+  EXPECT_EQ(back.messages[0].posted_us, s.messages[0].posted_us);
+  nlohmann::json bad = to_json(s);
+  bad["messages"][0]["op"] = "gossip";
+  EXPECT_THROW(snapshot_from_json(bad), Error);
 }
 
 // A record of every kind of operation and every element type reads back (a compressed job's

@@ -58,6 +58,8 @@ void FlightRecorder::restart() {
   std::lock_guard lk(mu_);
   std::fill(ring_.begin(), ring_.end(), CollectiveRecord{});
   newest_ = 0;
+  messages_.clear();
+  prune_at_ = 64;
   last_done_.store(0, std::memory_order_relaxed);
 }
 
@@ -127,6 +129,29 @@ void FlightRecorder::set_label(uint64_t seq, std::string label) {
   if (CollectiveRecord* r = find(seq)) r->label = std::move(label);
 }
 
+void FlightRecorder::on_message_posted(const MessageRecord& r, std::weak_ptr<const Work> work) {
+  std::lock_guard lk(mu_);
+  if (messages_.size() >= prune_at_) {
+    std::erase_if(messages_, [](const Posted& p) {
+      auto w = p.work.lock();
+      return !w || w->is_completed();
+    });
+    prune_at_ = std::max<size_t>(64, 2 * messages_.size());
+  }
+  messages_.push_back(Posted{.record = r, .work = std::move(work)});
+  messages_.back().record.posted_us = now_us();
+}
+
+std::vector<MessageRecord> FlightRecorder::messages_in_flight() const {
+  std::vector<MessageRecord> out;
+  for (const Posted& p : messages_) {
+    auto w = p.work.lock();
+    if (w && !w->is_completed()) out.push_back(p.record);
+  }
+  if (out.size() > ring_.size()) out.resize(ring_.size());
+  return out;
+}
+
 uint64_t FlightRecorder::newest() const {
   std::lock_guard lk(mu_);
   return newest_;
@@ -152,6 +177,7 @@ FlightSnapshot FlightRecorder::snapshot() const {
     const CollectiveRecord& r = ring_[seq % n];
     if (r.seq == seq) s.records.push_back(r);
   }
+  s.messages = messages_in_flight();
   return s;
 }
 

@@ -7,7 +7,8 @@
 // step and phase (data, forward, backward, optimizer, ...) through set_activity(), two relaxed
 // atomic stores. A caller may attach a short label to a collective (DDP: "bucket 3"). A snapshot
 // copies the ring under its lock; the communication thread holds that lock for a few stores per
-// collective, so recording costs well under a microsecond per operation.
+// collective, so recording costs well under a microsecond per operation. Sends and recvs posted
+// and not completed are kept too (they have no shared sequence number; see MessageRecord).
 //
 // Besides the ring, the recorder keeps a latency histogram per kind of operation (started to
 // finished, successful ones), cumulative over the process's life: the console's Prometheus
@@ -18,6 +19,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -27,6 +29,7 @@
 #include "cohort/base/histogram.h"
 #include "cohort/comm/types.h"
 #include "cohort/comm/wire.h"
+#include "cohort/comm/work.h"
 
 namespace cohort::comm {
 
@@ -74,6 +77,20 @@ struct CollectiveRecord {
   uint64_t bytes() const { return count * dtype_size(dtype); }
 };
 
+// A send or recv posted and not completed yet. Point-to-point operations have no sequence number
+// that the ranks share: a hang report matches them by peer and tag.
+struct MessageRecord {
+  uint64_t id = 0;  // this rank's count of its sends and recvs, from 1
+  bool sends = false;
+  int peer = -1;
+  uint32_t tag = 0;
+  DType dtype = DType::F32;
+  uint64_t count = 0;
+  int64_t posted_us = 0;
+
+  uint64_t bytes() const { return count * dtype_size(dtype); }
+};
+
 struct Activity {
   int64_t step = -1;  // steps completed when the phase began (-1: before training)
   Phase phase = Phase::Setup;
@@ -85,6 +102,7 @@ struct FlightSnapshot {
   int64_t taken_us = 0;
   Activity activity;
   std::vector<CollectiveRecord> records;  // oldest first, at most capacity()
+  std::vector<MessageRecord> messages;    // in flight, oldest first, at most capacity()
 };
 
 // Running totals over every collective that finished successfully: the step breakdown and
@@ -131,6 +149,8 @@ class FlightRecorder {
   void on_finished(uint64_t seq, bool ok, const OpTiming* timing = nullptr,
                    uint64_t sent_bytes = 0);
   void set_label(uint64_t seq, std::string label);
+  // A send or recv posted; it is in flight until `work` completes (or is gone).
+  void on_message_posted(const MessageRecord& r, std::weak_ptr<const Work> work);
   // The highest sequence number queued so far (0: none).
   uint64_t newest() const;
 
@@ -160,6 +180,8 @@ class FlightRecorder {
 
  private:
   CollectiveRecord* find(uint64_t seq);  // under mu_
+  // Messages still in flight (under mu_; a Work's lock is taken inside it, never the reverse).
+  std::vector<MessageRecord> messages_in_flight() const;
 
   const int rank_;
   mutable std::mutex mu_;
@@ -167,6 +189,12 @@ class FlightRecorder {
   static constexpr size_t kKinds = 9;   // OpKind values are 1..8
   std::array<LatencyHistogram, kKinds> latency_{};
   uint64_t newest_ = 0;  // highest seq recorded
+  struct Posted {
+    MessageRecord record;
+    std::weak_ptr<const Work> work;
+  };
+  std::vector<Posted> messages_;  // completed ones are dropped when it has grown to prune_at_
+  size_t prune_at_ = 64;
   CollectiveTotals totals_;
   std::atomic<int64_t> step_{-1};
   std::atomic<uint8_t> phase_{0};

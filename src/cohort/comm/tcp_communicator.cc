@@ -173,7 +173,14 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype, size_t 
   {
     std::lock_guard lk(mu_);
     if (kind == OpKind::PointToPoint) {
-      op.work = std::make_shared<Work>(p2p_name, next_p2p_++, runner_);
+      op.work = std::make_shared<Work>(p2p_name, next_p2p_, runner_);
+      recorder_->on_message_posted(MessageRecord{.id = next_p2p_++,
+                                                 .sends = op.sends,
+                                                 .peer = peer,
+                                                 .tag = op.message.tag,
+                                                 .dtype = dtype,
+                                                 .count = op.message.buf.count},
+                                   op.work);
     } else {
       op.id.seq = next_seq_++;
       op.work = std::make_shared<Work>(std::string(op_kind_name(kind)), op.id.seq, runner_);

@@ -108,6 +108,54 @@ std::string last_known(const json& a) {
   return s;
 }
 
+// "recv from rank 1 (tag 7, 4.0 KB)".
+std::string describe_message(const comm::MessageRecord& m) {
+  return std::string(m.sends ? "send to" : "recv from") + " rank " + std::to_string(m.peer) +
+         " (tag " + std::to_string(m.tag) + ", " + size_text(m.bytes()) + ")";
+}
+
+// The send or recv a rank waits on: its oldest in flight (a rank runs its own in the order
+// posted, the next one only beside a waiting one).
+const comm::MessageRecord* waiting_message(const View& v) {
+  return v.s && !v.s->messages.empty() ? &v.s->messages.front() : nullptr;
+}
+
+double waited_s(const View& v, const comm::MessageRecord& m) {
+  return static_cast<double>(v.s->taken_us - m.posted_us) / 1e6;
+}
+
+// With no collective in flight, the sends and recvs that wait: for each, whether its peer posted
+// the matching one (then both wait, and the connection between them is suspect) or not (the
+// peer is named, with where its loop stands).
+void explain_messages(const std::vector<View>& views, std::string& head,
+                      std::vector<int>& culprits) {
+  const int n = static_cast<int>(views.size());
+  for (int r = 0; r < n; ++r) {
+    const View& v = views[static_cast<size_t>(r)];
+    const comm::MessageRecord* m = waiting_message(v);
+    if (!m) continue;
+    head += "; rank " + std::to_string(r) + " has waited " + fixed(waited_s(v, *m)) + " s in " +
+            describe_message(*m);
+    if (m->peer < 0 || m->peer >= n || !views[static_cast<size_t>(m->peer)].s) continue;
+    const View& p = views[static_cast<size_t>(m->peer)];
+    const bool matched = std::any_of(p.s->messages.begin(), p.s->messages.end(), [&](auto& o) {
+      return o.peer == r && o.tag == m->tag && o.sends != m->sends;
+    });
+    if (matched) {
+      head += ", and rank " + std::to_string(m->peer) + " has the matching " +
+              (m->sends ? "recv" : "send") + " in flight: suspect the connection between them";
+    } else {
+      head += ", which rank " + std::to_string(m->peer) + " never " +
+              (m->sends ? "received (posted no recv" : "sent (posted no send") + " to rank " +
+              std::to_string(r) + " with tag " + std::to_string(m->tag) + "); rank " +
+              std::to_string(m->peer) + " is in " + where_in_loop(p.s->activity, p.s->taken_us);
+      if (std::find(culprits.begin(), culprits.end(), m->peer) == culprits.end()) {
+        culprits.push_back(m->peer);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 std::string describe_record(const CollectiveRecord& r) {
@@ -131,12 +179,23 @@ json to_json(const FlightSnapshot& s) {
                     {"finished_us", r.finished_us},
                     {"label", r.label}});
   }
+  json messages = json::array();
+  for (const auto& m : s.messages) {
+    messages.push_back({{"id", m.id},
+                        {"op", m.sends ? "send" : "recv"},
+                        {"peer", m.peer},
+                        {"tag", m.tag},
+                        {"dtype", dtype_name(m.dtype)},
+                        {"count", m.count},
+                        {"posted_us", m.posted_us}});
+  }
   return json{{"rank", s.rank},
               {"taken_us", s.taken_us},
               {"step", s.activity.step},
               {"phase", comm::phase_name(s.activity.phase)},
               {"phase_since_us", s.activity.since_us},
-              {"records", recs}};
+              {"records", recs},
+              {"messages", messages}};
 }
 
 FlightSnapshot snapshot_from_json(const json& j) {
@@ -159,6 +218,17 @@ FlightSnapshot snapshot_from_json(const json& j) {
                            .started_us = r.at("started_us").get<int64_t>(),
                            .finished_us = r.at("finished_us").get<int64_t>(),
                            .label = r.value("label", std::string())});
+    }
+    for (const auto& m : j.value("messages", json::array())) {
+      const std::string op = m.at("op").get<std::string>();
+      if (op != "send" && op != "recv") throw Error("flight record: unknown message '" + op + "'");
+      s.messages.push_back(comm::MessageRecord{.id = m.at("id").get<uint64_t>(),
+                                               .sends = op == "send",
+                                               .peer = m.at("peer").get<int>(),
+                                               .tag = m.at("tag").get<uint32_t>(),
+                                               .dtype = parse_dtype(m.at("dtype").get<std::string>()),
+                                               .count = m.at("count").get<uint64_t>(),
+                                               .posted_us = m.at("posted_us").get<int64_t>()});
     }
     return s;
   } catch (const json::exception& e) {
@@ -258,7 +328,10 @@ HangDiagnosis diagnose_hang(const std::vector<RankInfo>& ranks) {
       head += "; " + rank_list(silent) + " did not report (" + note_of(silent.front()) + ")";
       d.culprits = silent;
     }
-    for (int r = 0; r < n; ++r) {
+    const size_t before = head.size();
+    explain_messages(views, head, d.culprits);
+    const bool messages_explain = head.size() != before;
+    for (int r = 0; r < n && !messages_explain; ++r) {
       const View& v = views[static_cast<size_t>(r)];
       if (v.s) {
         head +=
@@ -284,6 +357,13 @@ HangDiagnosis diagnose_hang(const std::vector<RankInfo>& ranks) {
                                           rec->started_us) /
                       1e6) +
                 " s; ";
+      }
+      if (const comm::MessageRecord* m = waiting_message(v)) {
+        line += "waiting in " + describe_message(*m) + " for " + fixed(waited_s(v, *m)) + " s";
+        if (v.s->messages.size() > 1) {
+          line += " (" + std::to_string(v.s->messages.size() - 1) + " more send/recv posted)";
+        }
+        line += "; ";
       }
       line += "last finished #" + std::to_string(v.done) + "; in " +
               where_in_loop(v.s->activity, v.s->taken_us);
@@ -318,6 +398,10 @@ std::string HangDiagnosis::text() const {
           std::string(comm::collective_state_name(r.state)).c_str(), rel(r.queued_us).c_str(),
           rel(r.started_us).c_str(), rel(r.finished_us).c_str(), r.label.c_str());
       t += line;
+    }
+    for (const auto& m : s.messages) {
+      t += "  in flight: " + describe_message(m) + ", posted " +
+           fixed(static_cast<double>(m.posted_us - s.taken_us) / 1e6, 3) + "\n";
     }
   }
   return t;
