@@ -7,7 +7,11 @@
 #
 #   scripts/bench-python.sh          # or: make bench-python
 #
+# Then the DDP comparison again with both backends in the same processes, alternating every few
+# steps, beside a third arm without any exchange (bench/ddp_interleaved.py).
+#
 # Environment: BENCH_ROUNDS (3: every configuration this many times, interleaved; medians),
+# BENCH_INTERLEAVED_ROUNDS (16: rounds of blocks of the in-process comparison),
 # BENCH_WORKERS (2), BENCH_MODELS ("mlp cnn"), BENCH_SIZES (4K,64K,1M,16M,64M),
 # BENCH_BUILD_DIR (build/release), BENCH_OUTPUT (BENCHMARKS.md), BENCH_REPORT_ONLY=1 (rewrite the
 # section from the last run's results). Each configuration first waits for a quiet machine
@@ -17,6 +21,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BENCH_BUILD_DIR:-$ROOT/build/release}
 ROUNDS=${BENCH_ROUNDS:-3}
+INTERLEAVED_ROUNDS=${BENCH_INTERLEAVED_ROUNDS:-16}
 WORKERS=${BENCH_WORKERS:-2}
 MODELS=${BENCH_MODELS:-mlp cnn}
 SIZES=${BENCH_SIZES:-4K,64K,1M,16M,64M}
@@ -65,6 +70,25 @@ for ((round = 1; round <= ROUNDS; round++)); do
     done
   done
 done
+
+# The same DDP training with both backends inside the same processes, arms (cohort, gloo, and no
+# exchange at all) alternating every few steps: a comparison that this machine's speed spells,
+# which move whole runs, tilt far less (bench/ddp_interleaved.py).
+if ((ROUNDS > 0)); then
+  for model in $MODELS; do
+    layout=contiguous
+    [[ $model == mlp ]] || layout=channels_last
+    steps=20
+    [[ $model == mlp ]] && steps=200
+    label="interleaved $model r1"
+    echo "bench-python: $label"
+    wait_quiet "$label"
+    torchrun "$ROOT/bench/ddp_interleaved.py" --model "$model" --memory-format "$layout" \
+      --batch-size 64 --lr 0.05 --momentum 0.9 --seed 0 --threads 1 \
+      --rounds "$INTERLEAVED_ROUNDS" --steps-per-block "$steps" |
+      grep '"interleaved"' | sed 's/^{/{"kind": "interleaved", "round": 1, /' >>"$RESULTS"
+  done
+fi
 
 PYTHONPATH=$ROOT/scripts/lib /usr/bin/python3 "$ROOT/scripts/lib/python_report.py" "$RESULTS" \
   "$OUTPUT" "$(($(date +%s) - started))" "$QUIET_LOG" "$WORKERS"

@@ -58,6 +58,35 @@ for model in ["mlp", "cnn"]:
     lines.append("| %s | %.0f %s | %.0f %s | %.2f× | ≥ %.2f× (%s) |" % (
         model, gm, spread(g), cm, spread(c), ratio, targets[model], verdict))
 
+inter = [r for r in runs if r["kind"] == "interleaved"]
+if inter:
+    lines += ["", "The same DDP training with both backends in the same processes "
+              "(`bench/ddp_interleaved.py`): each worker trains three copies of the model (the "
+              "same initial weights, the same batches in the same order) in turn, a block of "
+              "steps each, the order rotating every round: DDP over backend \"cohort\", DDP "
+              "over a `new_group(backend=\"gloo\")` of the same ranks, and the model stepped "
+              "without any exchange (*none*: the bound no backend can pass on this machine). A "
+              "block's time is the slowest rank's; ratios are per round (blocks seconds apart), "
+              "median [quartiles] over the rounds.", "",
+              "| model | rounds × steps | gloo samples/s | cohort samples/s | none samples/s | "
+              "cohort / gloo | none / gloo | groups' threads, CPU ms per step (gloo / cohort / "
+              "none) | idle groups' CPU | target |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+for r in inter:
+    i = r["interleaved"]
+    sps, med, q = i["samples_per_sec"], i["ratio_median"], i["ratio_quartiles"]
+    marked = is_busy("interleaved %s" % i["model"])
+    need = targets.get(i["model"])
+    verdict = "busy" if marked else ("met" if med["cohort/gloo"] >= need else "**missed**")
+    cpu = i.get("group_threads_cpu_ms_per_step")
+    cpu_text = " / ".join("%.1f" % cpu[a] for a in ("gloo", "cohort", "none")) if cpu else "–"
+    lines.append("| %s | %d × %d | %.0f | %.0f | %.0f | %.2f× [%.2f–%.2f] | %.2f× [%.2f–%.2f] | "
+                 "%s | %.1f%% | ≥ %.2f× (%s) |" % (
+                     i["model"], i["rounds"], i["steps_per_block"], sps["gloo"], sps["cohort"],
+                     sps["none"], med["cohort/gloo"], *q["cohort/gloo"], med["none/gloo"],
+                     *q["none/gloo"], cpu_text, 100 * i["idle_groups_cpu_seconds_per_second"],
+                     need, verdict))
+
 lines += ["", "| size | gloo median µs (mean) | cohort median µs (mean) | gloo busbw GB/s | "
           "cohort busbw GB/s | cohort speed-up | target |", "| --- | --- | --- | --- | --- | --- | --- |"]
 sizes = sorted({r["bytes"] for r in runs if r["kind"] == "allreduce"})
