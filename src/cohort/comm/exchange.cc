@@ -583,26 +583,27 @@ class Engine {
   RecvState r_;
 };
 
-}  // namespace
-
-void exchange(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, RecvPlan* recv,
-              Deadline deadline, Spin spin, size_t fold_bytes) {
+// The operation's timing (when one is kept on this thread) notes the peers it exchanged with.
+void note_peers(const SendPlan* send, const RecvPlan* recv) {
   if (OpTiming* timing = t_op_timing) {
     for (int peer : {send ? send->peer : -1, recv ? recv->peer : -1}) {
       if (peer >= 0) timing->peers |= uint64_t{1} << std::min(peer, 63);
     }
   }
+}
+
+}  // namespace
+
+void exchange(Mesh& mesh, Counters& counters, const OpId& id, SendPlan* send, RecvPlan* recv,
+              Deadline deadline, Spin spin, size_t fold_bytes) {
+  note_peers(send, recv);
   Engine(mesh, counters, id, id, send, recv, spin, fold_bytes, deadline).run(deadline);
 }
 
 bool exchange_messages(Mesh& mesh, Counters& counters, const OpId& send_id, SendPlan* send,
                        const OpId& recv_id, RecvPlan* recv, Deadline deadline, Spin spin,
                        const Join& join) {
-  if (OpTiming* timing = t_op_timing) {
-    for (int peer : {send ? send->peer : -1, recv ? recv->peer : -1}) {
-      if (peer >= 0) timing->peers |= uint64_t{1} << std::min(peer, 63);
-    }
-  }
+  note_peers(send, recv);
   Engine engine(mesh, counters, send_id, recv_id, send, recv, spin, 0, deadline, &join);
   engine.run(deadline);
   return !engine.left_joined();
