@@ -30,8 +30,12 @@ c10::intrusive_ptr<c10d::ProcessGroup> create_process_group(
                                                                    g_job->group_settings());
     }
   }
+  // Any other group of a job's worker (new_group) has the job's settings too: its token, the
+  // job file's transport and integrity, and the clock of the time the script is blocked, so that
+  // its step log counts waits on every group.
   return c10::make_intrusive<cohort::dist::ProcessGroupCohort>(
-      store, rank, size, timeout, cohort::dist::settings_from_environment());
+      store, rank, size, timeout,
+      g_job ? g_job->group_settings() : cohort::dist::settings_from_environment());
 }
 
 cohort::python::JobWorker& job() {

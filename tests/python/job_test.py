@@ -44,12 +44,13 @@ import sys
 import torch
 import torch.distributed as dist
 import cohort
-steps = int(sys.argv[1])
+steps, where = int(sys.argv[1]), sys.argv[2]
 torch.manual_seed(0)
 torch.set_num_threads(1)
 dist.init_process_group("cohort")
+group = dist.new_group(backend="cohort") if where == "subgroup" else None
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
-    torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)))
+    torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10)), process_group=group)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
 for step in range(1, steps + 1):
@@ -169,14 +170,16 @@ def diagnose(run, *extra):
     return json.loads(r.stdout)
 
 
-def diagnose_names_a_slow_rank_of_a_ddp_script(tmp):
+def diagnose_names_a_slow_rank_of_a_ddp_script(tmp, where):
+    """DDP over the default group, or over a new_group of the same ranks (time blocked on any
+    group counts)."""
     script = os.path.join(tmp, "ddp_worker.py")
     open(script, "w").write(DDP_WORKER)
-    path = os.path.join(tmp, "slow.yaml")
+    path = os.path.join(tmp, f"slow-{where}.yaml")
     with open(path, "w") as f:
-        f.write(f"name: slow\nworkers: 2\nprogram:\n  python: {script}\n  args: [40]\n"
+        f.write(f"name: slow\nworkers: 2\nprogram:\n  python: {script}\n  args: [40, {where}]\n"
                 "faults:\n  - {kind: slow, rank: 1, at_step: 0, seconds: 0.05}\n")
-    run = os.path.join(tmp, "slow-run")
+    run = os.path.join(tmp, f"slow-{where}-run")
     r = subprocess.run([COHORT, "run", path, "--run-dir", run], capture_output=True, text=True,
                        timeout=120)
     if r.returncode != 0:
@@ -196,7 +199,7 @@ def diagnose_names_a_slow_rank_of_a_ddp_script(tmp):
     for want in ("rank 1 is a straggler", "torch.set_num_threads", "a Python program"):
         if want not in text:
             fail(f"cohort diagnose without '{want}':\n{text}")
-    print("job_test: cohort diagnose on a DDP script names the slow rank 1")
+    print(f"job_test: cohort diagnose on a DDP script ({where} group) names the slow rank 1")
 
 
 def job_file(tmp, name, script, extra):
@@ -268,7 +271,8 @@ def main():
         progress_reaches_console_status_and_summary(tmp, script)
         a_fault_kills_a_worker_and_the_job_names_it(tmp, script)
         a_hung_worker_leaves_a_hang_report(tmp, script)
-        diagnose_names_a_slow_rank_of_a_ddp_script(tmp)
+        diagnose_names_a_slow_rank_of_a_ddp_script(tmp, "default")
+        diagnose_names_a_slow_rank_of_a_ddp_script(tmp, "subgroup")
         a_script_without_cohort_runs_as_a_job(tmp)
 
 
