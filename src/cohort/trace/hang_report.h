@@ -8,7 +8,9 @@
 // (its last finished collective is older and it has not started this one; its activity says
 // where its training loop stands); already past it; or silent (no report: stopped, dead, or
 // unreachable; the launcher says which when it can, and the rank's last published activity is
-// shown). With no collective in flight, the report lists what each rank is doing.
+// shown). With no collective in flight, sends and recvs that wait are matched by peer and tag:
+// the peer that never posted the other side is named (or, when both sides wait, the connection
+// between them); with none either, the report lists what each rank is doing.
 //
 // Reports travel as JSON through the job's store: each worker's FlightReporter publishes its
 // activity every second and answers requests for its whole record; a worker that fails writes its
