@@ -197,15 +197,16 @@ for line in open(sys.argv[1]):
 # SIGTERM is held back (discarded by the debugger it runs under) so that the workers' deaths come
 # first: the launcher must still see a cancelled job, not a failed one, from Slurm's job state.
 LAUNCHER=$(pgrep -f "run-dir $RUN3" | head -1)
+HELD=
 if command -v gdb >/dev/null && [[ -n $LAUNCHER ]]; then
-  HELD=1
   timeout 60 gdb -q -p "$LAUNCHER" -batch -ex "handle all nostop noprint pass" \
     -ex "handle SIGTERM nostop noprint nopass" \
     -ex "shell scancel $J" -ex continue >"$D/log/gdb.log" 2>&1
-else
-  HELD=
-  scancel "$J"
+  # Held only if gdb ran the launcher to its end (where ptrace is not allowed it held nothing
+  # back: the plain case then).
+  grep -q "^\[Inferior 1 (process $LAUNCHER) exited" "$D/log/gdb.log" && HELD=1
 fi
+scancel "$J" 2>/dev/null  # (again, or for the first time without gdb)
 wait_gone "$J"
 left() { pgrep -af "$RUN3|worker --join [^ ]*:$PORT "; }
 for _ in $(seq 50); do
