@@ -40,7 +40,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_ddp import load, make_model  # noqa: E402  (the same models and data)
+from pytorch_ddp import bind_to_share, load, make_model  # noqa: E402  (the same models and data)
 
 
 def quartiles(xs):
@@ -83,7 +83,13 @@ def main():
     p.add_argument("--warmup-steps", type=int, default=5)
     p.add_argument("--memory-format", choices=["contiguous", "channels_last"],
                    default="contiguous")
+    p.add_argument("--bind-to", choices=["none", "auto"], default="none",
+                   help="auto: each worker on its own share of the CPUs (by LOCAL_RANK); none "
+                        "(the default): as torchrun leaves them")
     args = p.parse_args()
+    if args.bind_to == "auto":
+        bind_to_share(int(os.environ.get("LOCAL_RANK", "0")),
+                      int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     layout = (torch.channels_last if args.memory_format == "channels_last"
               else torch.contiguous_format)
     torch.set_num_threads(args.threads)
@@ -167,6 +173,7 @@ def main():
     if rank == 0:
         print(json.dumps({"interleaved": {
             "model": args.model, "memory_format": args.memory_format, "workers": world,
+            "bind_to": args.bind_to,
             "rounds": args.rounds, "steps_per_block": args.steps_per_block,
             "batch_size": args.batch_size,
             "samples_per_sec": {n: statistics.median(v) for n, v in per_arm.items()},
