@@ -40,7 +40,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pytorch_ddp import bind_to_share, load, make_model  # noqa: E402  (the same models and data)
+# The same models, data and arguments.
+from pytorch_ddp import add_training_arguments, load, make_model, setup_worker  # noqa: E402
 
 
 def quartiles(xs):
@@ -71,28 +72,12 @@ def other_threads_cpu_seconds():
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--model", default="cnn")
-    p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1)
+    add_training_arguments(p)
     p.add_argument("--rounds", type=int, default=12)
     p.add_argument("--steps-per-block", type=int, default=20)
     p.add_argument("--warmup-steps", type=int, default=5)
-    p.add_argument("--memory-format", choices=["contiguous", "channels_last"],
-                   default="contiguous")
-    p.add_argument("--bind-to", choices=["none", "auto"], default="none",
-                   help="auto: each worker on its own share of the CPUs (by LOCAL_RANK); none "
-                        "(the default): as torchrun leaves them")
     args = p.parse_args()
-    if args.bind_to == "auto":
-        bind_to_share(int(os.environ.get("LOCAL_RANK", "0")),
-                      int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    layout = (torch.channels_last if args.memory_format == "channels_last"
-              else torch.contiguous_format)
-    torch.set_num_threads(args.threads)
+    layout = setup_worker(args)
 
     import cohort  # noqa: F401  (registers the backend)
     dist.init_process_group("cohort")

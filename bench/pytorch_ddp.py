@@ -99,16 +99,38 @@ def bind_to_share(local_rank, local_world):
         os.sched_setaffinity(int(tid), share)
 
 
-def main():
-    p = argparse.ArgumentParser()
+def add_training_arguments(p):
+    """What every DDP harness here takes: the model, the data, the hyperparameters, the threads,
+    the memory layout and the CPU binding (setup_worker applies the last three)."""
     p.add_argument("--model", default="cnn")
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
-    p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--memory-format", choices=["contiguous", "channels_last"],
+                   default="contiguous")
+    p.add_argument("--bind-to", choices=["none", "auto"], default="none",
+                   help="auto: each worker on its own share of the CPUs (by LOCAL_RANK), as "
+                        "mpirun binds its ranks and `cohort run` its workers; torchrun binds "
+                        "nothing (none, the default)")
+
+
+def setup_worker(args):
+    """Binds this worker (--bind-to) and sets its threads; returns its memory format."""
+    if args.bind_to == "auto":
+        bind_to_share(int(os.environ.get("LOCAL_RANK", "0")),
+                      int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    torch.set_num_threads(args.threads)
+    return (torch.channels_last if args.memory_format == "channels_last"
+            else torch.contiguous_format)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    add_training_arguments(p)
+    p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--bucket-mb", type=float, default=25)
     p.add_argument("--max-steps", type=int, default=0)
     p.add_argument("--eval-every-steps", type=int, default=0)
@@ -118,21 +140,9 @@ def main():
     p.add_argument("--powersgd-start", type=int, default=10)
     p.add_argument("--post-local-sgd", type=int, default=0, metavar="PERIOD")
     p.add_argument("--local-sgd-warmup", type=int, default=0, metavar="STEPS")
-    p.add_argument("--memory-format", choices=["contiguous", "channels_last"],
-                   default="contiguous")
     p.add_argument("--backend", choices=["gloo", "cohort"], default="gloo")
-    p.add_argument("--bind-to", choices=["none", "auto"], default="none",
-                   help="auto: each worker on its own share of the CPUs (by LOCAL_RANK), as "
-                        "mpirun binds its ranks and `cohort run` its workers; torchrun binds "
-                        "nothing (none, the default)")
     args = p.parse_args()
-    if args.bind_to == "auto":
-        bind_to_share(int(os.environ.get("LOCAL_RANK", "0")),
-                      int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    layout = (torch.channels_last if args.memory_format == "channels_last"
-              else torch.contiguous_format)
-
-    torch.set_num_threads(args.threads)
+    layout = setup_worker(args)
     if args.backend == "cohort":
         import cohort  # noqa: F401  (registers the backend)
     dist.init_process_group(args.backend)
