@@ -4,6 +4,9 @@
 #include "cohort/store/tcp_store.h"
 
 #include <algorithm>
+#include <thread>
+
+#include <spdlog/spdlog.h>
 
 #include "cohort/base/error.h"
 #include "cohort/net/frame.h"
@@ -25,6 +28,13 @@ Millis with_grace(Millis t) {
   return std::clamp(t, Millis(0), kMaxWait) + kServerGrace;
 }
 
+// " (it closed the connection during the handshake N times)", for a connect's timeout, when it did.
+std::string times_closed(int n) {
+  if (n == 0) return "";
+  return " (it closed the connection during the handshake " + std::to_string(n) +
+         (n == 1 ? " time)" : " times)");
+}
+
 std::string keys_text(const std::vector<std::string>& keys) {
   return keys.size() == 1 ? "key '" + keys.front() + "'" : "keys " + describe_missing(keys);
 }
@@ -35,25 +45,41 @@ class TcpStore::Conn {
  public:
   Conn(net::Endpoint server, std::string token) : server_(std::move(server)), token_(token) {}
 
+  // A server that closes the connection before the handshake completes is one that is stopping,
+  // full (max_connections) or that found this client too slow (its handshake deadline, which a
+  // client starved of CPU can overrun): it is dialled again, with backoff, until `timeout`.
   void connect(Millis timeout) {
     auto deadline = Deadline::after(timeout);
     const std::string where = "store server " + server_.str();
-    try {
-      sock_ = net::Socket::connect(server_, deadline);
-      net::handshake_as_client(sock_, token_, kClientInfo, deadline);
-    } catch (const AuthError& e) {
-      sock_.close();
-      throw AuthError(where + ": " + e.what());
-    } catch (const TimeoutError& e) {
-      sock_.close();
-      throw TimeoutError("could not reach " + where + " within " + std::to_string(timeout.count()) +
-                         " ms: " + e.what());
-    } catch (const PeerLostError& e) {
-      sock_.close();
-      throw PeerLostError(-1, where + " closed the connection during the handshake: " + e.what());
-    } catch (const ProtocolError& e) {
-      sock_.close();
-      throw ProtocolError(where + ": " + e.what());
+    int closed = 0;
+    for (Millis backoff{20};; backoff = std::min(backoff * 2, Millis(500))) {
+      try {
+        sock_ = net::Socket::connect(server_, deadline);
+        net::handshake_as_client(sock_, token_, kClientInfo, deadline);
+        return;
+      } catch (const AuthError& e) {
+        sock_.close();
+        throw AuthError(where + ": " + e.what());
+      } catch (const TimeoutError& e) {
+        sock_.close();
+        throw TimeoutError("could not reach " + where + " within " +
+                           std::to_string(timeout.count()) + " ms" + times_closed(closed) + ": " +
+                           e.what());
+      } catch (const PeerLostError& e) {
+        sock_.close();
+        ++closed;
+        if (deadline.expired()) {
+          throw PeerLostError(-1, where + " closed the connection during the handshake (" +
+                                      std::to_string(closed) + " attempts in " +
+                                      std::to_string(timeout.count()) + " ms): " + e.what());
+        }
+        spdlog::debug("{} closed the connection during the handshake ({}); again", where,
+                      e.what());
+        std::this_thread::sleep_for(std::min<Millis>(backoff, deadline.remaining()));
+      } catch (const ProtocolError& e) {
+        sock_.close();
+        throw ProtocolError(where + ": " + e.what());
+      }
     }
   }
 
