@@ -7,8 +7,11 @@
 #
 #   scripts/bench-python.sh          # or: make bench-python
 #
-# Then the DDP comparison again with both backends in the same processes, alternating every few
-# steps, beside a third arm without any exchange (bench/ddp_interleaved.py).
+# DDP runs twice for each backend: its workers unbound, as torchrun leaves them, and each bound to
+# its own share of the CPUs (--bind-to auto, as mpirun binds its ranks and `cohort run` its
+# workers); each backend is judged by its better one. Then the DDP comparison again with both
+# backends in the same processes, alternating every few steps, beside a third arm without any
+# exchange (bench/ddp_interleaved.py), unbound and bound.
 #
 # Environment: BENCH_ROUNDS (3: every configuration this many times, interleaved; medians),
 # BENCH_INTERLEAVED_ROUNDS (16: rounds of blocks of the in-process comparison),
@@ -61,12 +64,15 @@ for ((round = 1; round <= ROUNDS; round++)); do
     for model in $MODELS; do
       layout=contiguous
       [[ $model == mlp ]] || layout=channels_last
-      label="ddp $model $backend r$round"
-      echo "bench-python: round $round/$ROUNDS, $label"
-      wait_quiet "$label"
-      torchrun "$ROOT/bench/pytorch_ddp.py" --backend "$backend" --model "$model" --epochs 1 \
-        --batch-size 64 --lr 0.05 --momentum 0.9 --seed 0 --threads 1 --memory-format "$layout" |
-        grep '"library"' | sed "s/^{/{\"kind\": \"ddp\", \"round\": $round, /" >>"$RESULTS"
+      for bind in none auto; do
+        label="ddp $model $backend bind-$bind r$round"
+        echo "bench-python: round $round/$ROUNDS, $label"
+        wait_quiet "$label"
+        torchrun "$ROOT/bench/pytorch_ddp.py" --backend "$backend" --model "$model" --epochs 1 \
+          --batch-size 64 --lr 0.05 --momentum 0.9 --seed 0 --threads 1 \
+          --memory-format "$layout" --bind-to "$bind" |
+          grep '"library"' | sed "s/^{/{\"kind\": \"ddp\", \"round\": $round, /" >>"$RESULTS"
+      done
     done
   done
 done
@@ -80,13 +86,15 @@ if ((ROUNDS > 0)); then
     [[ $model == mlp ]] || layout=channels_last
     steps=20
     [[ $model == mlp ]] && steps=200
-    label="interleaved $model r1"
-    echo "bench-python: $label"
-    wait_quiet "$label"
-    torchrun "$ROOT/bench/ddp_interleaved.py" --model "$model" --memory-format "$layout" \
-      --batch-size 64 --lr 0.05 --momentum 0.9 --seed 0 --threads 1 \
-      --rounds "$INTERLEAVED_ROUNDS" --steps-per-block "$steps" |
-      grep '"interleaved"' | sed 's/^{/{"kind": "interleaved", "round": 1, /' >>"$RESULTS"
+    for bind in none auto; do
+      label="interleaved $model bind-$bind r1"
+      echo "bench-python: $label"
+      wait_quiet "$label"
+      torchrun "$ROOT/bench/ddp_interleaved.py" --model "$model" --memory-format "$layout" \
+        --batch-size 64 --lr 0.05 --momentum 0.9 --seed 0 --threads 1 --bind-to "$bind" \
+        --rounds "$INTERLEAVED_ROUNDS" --steps-per-block "$steps" |
+        grep '"interleaved"' | sed 's/^{/{"kind": "interleaved", "round": 1, /' >>"$RESULTS"
+    done
   done
 fi
 

@@ -79,6 +79,8 @@ import cohort
 env = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                                       "MASTER_ADDR", "MASTER_PORT")}
 print(f"pid {os.getpid()} args {sys.argv[1:]} env {env}", flush=True)
+print(f"cpus {sorted(os.sched_getaffinity(0))} host_cpus {os.environ.get('COHORT_HOST_CPUS')}",
+      flush=True)
 assert None not in env.values(), env
 assert env["WORLD_SIZE"] == "2" and env["LOCAL_WORLD_SIZE"] == "2", env
 assert env["RANK"] in ("0", "1") and env["LOCAL_RANK"] == env["RANK"], env  # one host
@@ -104,6 +106,34 @@ for r in 0 1; do
     fail "--python: rank $r (pid $pid) did not run under the wrapper (it started: $(cat "$tmp/wrapper-pids"))"
 done
 echo "run_test: --python: both workers ran under the interpreter given, with torchrun's variables"
+
+# Each worker of a Python program is bound to its own share of the CPUs, as every local worker of
+# `cohort run` is (base/cpu_binding.h: a contiguous block each), and told the host's CPU count;
+# with --bind-to none it keeps every CPU this shell may use.
+check_cpus() {  # check_cpus RUN_DIR auto|none
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import os, re, sys
+run, bind = sys.argv[1:]
+cpus = sorted(os.sched_getaffinity(0))
+each, extra = divmod(len(cpus), 2)
+for r in (0, 1):
+    log = open(f"{run}/logs/rank-{r}.log").read()
+    m = re.search(r"^cpus \[([0-9, ]*)\] host_cpus (\S+)$", log, re.M)
+    assert m, f"rank {r}'s log has no cpus line: {log}"
+    got, host = [int(c) for c in m.group(1).split(",")], m.group(2)
+    if bind == "auto" and len(cpus) >= 2:
+        begin = r * each + min(r, extra)
+        want = cpus[begin:begin + each + (1 if r < extra else 0)]
+        assert (got, host) == (want, str(len(cpus))), f"rank {r}: cpus {got} host {host}, want {want}"
+    else:
+        assert (got, host) == (cpus, "None"), f"rank {r} ({bind}): cpus {got} host {host}"
+PY
+}
+check_cpus "$tmp/env" auto || fail "--bind-to auto (the default): a Python worker was not bound to its share"
+"$COHORT" run --workers 2 --bind-to none --run-dir "$tmp/unbound" "$tmp/env.py" \
+  >"$tmp/unbound.out" 2>&1 || { cat "$tmp/unbound.out"; fail "--bind-to none: the job failed"; }
+check_cpus "$tmp/unbound" none || fail "--bind-to none: a Python worker was bound"
+echo "run_test: each Python worker runs on its own share of the CPUs; --bind-to none leaves them all"
 
 # debug.check_collectives from a job file: ranks that disagree on a shape fail the job with
 # Cohort's mismatch error (unchecked, the same job fails with a different error: a byte count).

@@ -367,7 +367,7 @@ pid_t JobLaunch::spawn(int r) {
                                               .log = log})
       : slurm_ ? slurm_worker(*slurm_, w, r)
                : local_worker(w, r);
-  if (!python_ && !slurm_) bind_to_share(how, r);
+  if (!slurm_) bind_to_share(how, r);
   // With the store in etcd the workers outlive this process: a standby takes them over; with
   // the embedded store, a coordinator started again with --resume (readopt.h).
   how.die_with_parent = !store::is_etcd(join_) && !readoptable_;

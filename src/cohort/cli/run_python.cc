@@ -80,6 +80,8 @@ int python_usage(std::ostream& os, int code) {
         "options: --workers N           worker processes (1)\n"
         "         --python PATH         the interpreter (/usr/bin/python3)\n"
         "         --threads-per-worker T  OMP_NUM_THREADS of each (CPUs / workers, at least 1)\n"
+        "         --bind-to auto|none   auto: each worker runs on its own share of the CPUs\n"
+        "                               while workers <= CPUs, as mpirun binds its ranks\n"
         "         --set key=value       any other key of a job file (docs/job-config.md), e.g.\n"
         "                               dashboard.enabled=true, comm.timeout_s=60\n"
         "         --run-dir DIR         the run directory (runs/<script>-<time>)\n"
@@ -117,7 +119,8 @@ std::string quoted(const std::string& s) {
 int python_script_at(int argc, char** argv) {
   static const std::set<std::string> kValued = {"set",     "run-dir", "resume",
                                                 "bind",    "port",    "token-file",
-                                                "workers", "python",  "threads-per-worker"};
+                                                "workers", "python",  "threads-per-worker",
+                                                "bind-to"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a.rfind("--", 0) == 0) {
@@ -135,7 +138,8 @@ int run_python_main(int argc, char** argv) {
   if (script_at < 0) return python_usage(std::cerr, 2);
   Args args(
       script_at, argv,
-      {"workers", "python", "threads-per-worker", "set", "run-dir", "bind", "port", "token-file"},
+      {"workers", "python", "threads-per-worker", "set", "run-dir", "bind", "port", "token-file",
+       "bind-to"},
       {"help"});
   if (args.has("help")) return python_usage(std::cout, 0);
   if (!args.positionals().empty()) return python_usage(std::cerr, 2);
@@ -165,6 +169,7 @@ int run_python_main(int argc, char** argv) {
   settings.bind = args.get_or("bind", "127.0.0.1");
   settings.port = static_cast<uint16_t>(args.get_int("port", 0));
   settings.token_file = args.get_or("token-file", "");
+  settings.bind_to_cpus = bind_to_cpus(args);
   return run_job(cfg, settings);
 }
 
