@@ -59,8 +59,10 @@ bench-shm: build
 bench-scale: build
 	scripts/bench-scale.sh
 
-# The same PyTorch scripts with backend "gloo" and "cohort": DDP samples/s (mlp, cnn) and
-# all_reduce latency and bandwidth, 2 workers under torchrun; writes its section of BENCHMARKS.md.
+# The same PyTorch scripts with backend "gloo" and "cohort": DDP samples/s (mlp, cnn; workers
+# unbound and bound, separate runs and both backends in the same processes) and all_reduce latency
+# and bandwidth, 2 workers under torchrun; then elastic recovery against TorchElastic (about 30
+# minutes in all); writes their sections of BENCHMARKS.md.
 bench-python: build
 	scripts/bench-python.sh
 	scripts/bench-python-elastic.sh
