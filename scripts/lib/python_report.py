@@ -58,31 +58,27 @@ def ddp_rows(model, backend, bind):
 
 
 for model in ["mlp", "cnn"]:
-    cells, best, medians = [], {}, {}
-    for backend in ("gloo", "cohort"):
-        for bind, _ in BINDS:
-            rows = ddp_rows(model, backend, bind)
-            medians[backend, bind] = median_of(rows, "samples_per_sec")
-            if rows and medians[backend, bind] > best.get(backend, (0, None))[0]:
-                best[backend] = (medians[backend, bind], bind)
+    rows = {(b, w): ddp_rows(model, b, w) for b in ("gloo", "cohort") for w, _ in BINDS}
+    medians = {k: median_of(v, "samples_per_sec") for k, v in rows.items() if v}
+    best = {}  # backend -> its better binding
+    for (backend, bind), m in medians.items():
+        if backend not in best or m > medians[backend, best[backend]]:
+            best[backend] = bind
     if len(best) < 2:
         continue
-    for backend in ("gloo", "cohort"):
-        for bind, _ in BINDS:
-            rows = ddp_rows(model, backend, bind)
-            if not rows:
-                cells.append("–")
-                continue
-            text = "%.0f [%.0f–%.0f]" % (medians[backend, bind],
-                                         min(r["samples_per_sec"] for r in rows),
-                                         max(r["samples_per_sec"] for r in rows))
-            cells.append("**%s**" % text if best[backend][1] == bind else text)
-    same = " / ".join("%.2f×" % (medians["cohort", b] / medians["gloo", b])
-                      if ddp_rows(model, "cohort", b) and ddp_rows(model, "gloo", b) else "–"
-                      for b, _ in BINDS)
-    marked = any(is_busy("ddp %s %s bind-%s" % (model, backend, best[backend][1]))
-                 for backend in ("gloo", "cohort"))
-    ratio = best["cohort"][0] / best["gloo"][0]
+    cells = []
+    for key in rows:
+        if key not in medians:
+            cells.append("–")
+            continue
+        samples = [r["samples_per_sec"] for r in rows[key]]
+        text = "%.0f [%.0f–%.0f]" % (medians[key], min(samples), max(samples))
+        cells.append("**%s**" % text if best[key[0]] == key[1] else text)
+    same = " / ".join("%.2f×" % (medians["cohort", w] / medians["gloo", w])
+                      if ("cohort", w) in medians and ("gloo", w) in medians else "–"
+                      for w, _ in BINDS)
+    marked = any(is_busy("ddp %s %s bind-%s" % (model, b, w)) for b, w in best.items())
+    ratio = medians["cohort", best["cohort"]] / medians["gloo", best["gloo"]]
     verdict = "busy" if marked else ("met" if ratio >= targets[model] else "**missed**")
     lines.append("| %s | %s | %s | %.2f× | ≥ %.2f× (%s) |" % (
         model, " | ".join(cells), same, ratio, targets[model], verdict))
@@ -97,7 +93,8 @@ if inter:
               "without any exchange (*none*: the bound no backend can pass on this machine). A "
               "block's time is the slowest rank's; ratios are per round (blocks seconds apart), "
               "median [quartiles] over the rounds.", "",
-              "| model | workers | rounds × steps | gloo samples/s | cohort samples/s | none samples/s | "
+              "| model | workers | rounds × steps | gloo samples/s | cohort samples/s | "
+              "none samples/s | "
               "cohort / gloo | none / gloo | groups' threads, CPU ms per step (gloo / cohort / "
               "none) | idle groups' CPU | target |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -112,8 +109,9 @@ for r in inter:
     cpu_text = " / ".join("%.1f" % cpu[a] for a in ("gloo", "cohort", "none")) if cpu else "–"
     lines.append("| %s | %s | %d × %d | %.0f | %.0f | %.0f | %.2f× [%.2f–%.2f] | "
                  "%.2f× [%.2f–%.2f] | %s | %.1f%% | ≥ %.2f× (%s) |" % (
-                     i["model"], dict(BINDS)[bind], i["rounds"], i["steps_per_block"], sps["gloo"], sps["cohort"],
-                     sps["none"], med["cohort/gloo"], *q["cohort/gloo"], med["none/gloo"],
+                     i["model"], dict(BINDS)[bind], i["rounds"], i["steps_per_block"],
+                     sps["gloo"], sps["cohort"], sps["none"], med["cohort/gloo"], *q["cohort/gloo"],
+                     med["none/gloo"],
                      *q["none/gloo"], cpu_text, 100 * i["idle_groups_cpu_seconds_per_second"],
                      need, verdict))
 
