@@ -29,7 +29,9 @@ skip() {
 }
 fail() {
   echo "FAIL: $*"
-  for f in "$D"/log/*.log; do echo "--- $f"; tail -20 "$f"; done
+  for f in "$D"/log/*.log "$D"/runs/*/slurm-*.out; do
+    [[ -f $f ]] && echo "--- $f" && tail -20 "$f"
+  done
   exit 1
 }
 ((EUID == 0)) || skip "needs root to run Slurm's daemons"

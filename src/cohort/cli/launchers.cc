@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
@@ -151,19 +153,28 @@ ProcessStarter::ProcessStarter(const WorkerCommand& w, bool fork_server) : self_
 }
 
 std::string SlurmAllocation::ending() const {
-  std::string state, reason;
-  try {
-    const std::string job = output_of(
-        {find_program("scontrol", "--launcher slurm needs Slurm's tools"), "show", "job", "-o",
-         job_id});
-    state = field(job, "JobState");
-    reason = field(job, "Reason");
-  } catch (const std::exception& e) {
-    spdlog::warn("could not ask Slurm about job {}: {}", job_id, e.what());
-    return "";
+  // The query can itself die of the ending it asks about: Slurm signals every process of the
+  // batch step, a scontrol this launcher started included, moments after the workers' steps.
+  // Signals go once (until KillWait's SIGKILL), so asking again gets the answer.
+  constexpr int kAttempts = 4;
+  for (int attempt = 1;; ++attempt) {
+    try {
+      const std::string job = output_of(
+          {find_program("scontrol", "--launcher slurm needs Slurm's tools"), "show", "job", "-o",
+           job_id});
+      const std::string state = field(job, "JobState");
+      if (state.empty() || state == "RUNNING") return "";
+      return "JobState=" + state + " Reason=" + field(job, "Reason");
+    } catch (const std::exception& e) {
+      if (attempt == kAttempts || dynamic_cast<const ConfigError*>(&e)) {
+        spdlog::warn("could not ask Slurm about job {} ({} attempts): {}", job_id, attempt,
+                     e.what());
+        return "";
+      }
+      spdlog::info("asking Slurm about job {} again: {}", job_id, e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(100 << attempt));
+    }
   }
-  if (state.empty() || state == "RUNNING") return "";
-  return "JobState=" + state + " Reason=" + reason;
 }
 
 elastic::ChildProcess ProcessStarter::start(const elastic::SpawnOptions& how) {
