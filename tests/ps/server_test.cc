@@ -2,7 +2,9 @@
 // failover, and what a server does with bad input.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <numeric>
+#include <thread>
 
 #include "../store/store_test_wire.h"
 #include "cohort/base/error.h"
@@ -175,20 +177,22 @@ TEST(ParameterServers, AKilledServersShardsMoveToTheirBackupsAndNoAcknowledgedPu
   ASSERT_TRUE(cluster.wait_view([](const View& v) { return v.shards[1].primary == 2; }));
   train(w0, w1, 5, 10, expect, &acked);
 
-  // Its replacement backs every shard left without a backup, once their primaries copied them.
+  // Its replacement backs every shard left without a backup, once their primaries copied them,
+  // and then takes shard 1 back (the hand-back test below looks at that closely).
   cluster.replace(1);
-  ASSERT_TRUE(cluster.wait_view([](const View& v) {
-    return v.servers[1].up && v.shards[0].backup == 1 && v.shards[1].backup == 1;
-  }));
+  ASSERT_TRUE(cluster.wait_view([](const View& v) { return v.servers[1].up; }));
   train(w0, w1, 10, 12, expect, &acked);  // the copies are made while training goes on
   const Deadline d = Deadline::after(Millis(5000));
   while (!(cluster.synced(0, 1) && cluster.synced(1, 1)) && !d.expired()) {
     std::this_thread::sleep_for(Millis(10));
   }
   ASSERT_TRUE(cluster.synced(0, 1) && cluster.synced(1, 1));
+  ASSERT_TRUE(cluster.wait_view([](const View& v) {
+    return v.shards[0].backup == 1 && v.shards[1].primary == 1 && v.shards[1].backup == 2;
+  }));
 
-  // Now server 2 dies, holding shards 1 (primary) and 2: shard 1 moves to the replacement,
-  // which only ever got it by a copy.
+  // Now server 2 dies, holding shards 1 (backup) and 2 (primary): shard 2 moves to server 0, and
+  // shard 1 stays with the replacement, which only ever got it by a copy.
   cluster.kill(2);
   ASSERT_TRUE(cluster.wait_view(
       [](const View& v) { return v.shards[1].primary == 1 && v.shards[2].primary == 0; }));
@@ -201,6 +205,90 @@ TEST(ParameterServers, AKilledServersShardsMoveToTheirBackupsAndNoAcknowledgedPu
     EXPECT_EQ(s.applied, acked);
     EXPECT_EQ(s.version, 16);
   }
+}
+
+// A replacement takes its shard back while both workers keep pushing: the requests waiting at
+// the server that steps down are sent again to the new primary, and neither server loses an
+// acknowledged push: each can die right after the hand-back and the job goes on.
+TEST(ParameterServers, AReplacementTakesItsShardBackWhileTrainingGoesOn) {
+  PsCluster cluster(settings(3, 2, Consistency::Ssp));
+  const Layout layout({30, 7, 12}, 3);
+  Client w0(cluster.client_options(0), layout), w1(cluster.client_options(1), layout);
+  w0.init(initial(layout.total()))->wait();
+  const View first = cluster.view();
+  std::vector<float> expect = initial(layout.total());
+  size_t acked = 0;
+  train(w0, w1, 0, 4, expect, &acked);
+
+  cluster.kill(1);
+  ASSERT_TRUE(cluster.wait_view([](const View& v) { return v.shards[1].primary == 2; }));
+  // Training goes on through the replacement's copy and the hand-back, and some clocks after.
+  std::atomic<int64_t> until{1 << 20}, clock{4};
+  std::vector<float> last;
+  std::thread trainer([&] {
+    for (int64_t c = clock; c < until; c = ++clock) last = train(w0, w1, c, c + 1, expect, &acked);
+  });
+  cluster.replace(1);
+  const bool handed = cluster.wait_view([&](const View& v) { return v.shards == first.shards; });
+  until = clock + 10;
+  trainer.join();
+  ASSERT_TRUE(handed);
+  for (size_t i = 0; i < expect.size(); ++i) ASSERT_NEAR(last[i], expect[i], 1e-3) << i;
+  bool event = false;
+  for (const auto& e : cluster.events()) {
+    event |= e.value("event", "") == "ps_hand_back" && e.value("shard", -1) == 1 &&
+             e.value("from", -1) == 2 && e.value("to", -1) == 1;
+  }
+  EXPECT_TRUE(event);
+
+  // The replacement dies at once: server 2, which stepped down, still holds shard 1.
+  cluster.kill(1);
+  ASSERT_TRUE(cluster.wait_view([](const View& v) { return v.shards[1].primary == 2; }));
+  const int64_t end = clock + 4;
+  last = train(w0, w1, clock, end, expect, &acked);
+  for (size_t i = 0; i < expect.size(); ++i) ASSERT_NEAR(last[i], expect[i], 1e-3) << i;
+  EXPECT_FALSE(cluster.failure().has_value()) << *cluster.failure();
+  for (const ShardStatus& st : w0.status()) {
+    EXPECT_EQ(st.applied, acked);
+    EXPECT_EQ(st.version, end);
+  }
+}
+
+// A pull waiting at the server that hands its shard back, for a push that will go to the new
+// primary, is sent on there rather than left waiting for it.
+TEST(ParameterServers, AServerHandingItsShardBackSendsItsWaitingPullsOn) {
+  PsCluster cluster(settings(3, 2, Consistency::Ssp));
+  const Layout layout({30, 7, 12}, 3);
+  Client w0(cluster.client_options(0), layout), w1(cluster.client_options(1), layout);
+  w0.init(initial(layout.total()))->wait();
+  const View first = cluster.view();
+  std::vector<float> expect = initial(layout.total());
+  size_t acked = 0;
+  train(w0, w1, 0, 2, expect, &acked);
+  cluster.kill(1);
+  ASSERT_TRUE(cluster.wait_view([](const View& v) { return v.shards[1].primary == 2; }));
+
+  // Worker 0 pushes clock 2 and asks for the parameters after both workers' clock 2; it waits
+  // at server 2 (shard 1's primary for now) once its push is applied there.
+  const size_t n = layout.total();
+  const auto keys = w0.all_keys();
+  const auto g0 = gradient(0, 2, n), g1 = gradient(1, 2, n);
+  std::vector<float> p0(n), p1(n);
+  auto a = w0.push_pull(keys, g0, p0, {.clock = 2, .lr = 0.1, .min_version = 3});
+  const Deadline d = Deadline::after(Millis(5000));
+  while (w1.status()[1].applied < acked + 1 && !d.expired()) {
+    std::this_thread::sleep_for(Millis(5));
+  }
+  ASSERT_EQ(w1.status()[1].applied, acked + 1);
+
+  // The replacement takes shard 1 back; worker 1's push of clock 2 goes to it.
+  cluster.replace(1);
+  ASSERT_TRUE(cluster.wait_view([&](const View& v) { return v.shards == first.shards; }));
+  w1.push_pull(keys, g1, p1, {.clock = 2, .lr = 0.1, .min_version = 2})->wait(Millis(5000));
+  ASSERT_NO_THROW(a->wait(Millis(5000)));
+  for (size_t i = 0; i < n; ++i) expect[i] -= 0.1f * (g0[i] + g1[i]);
+  for (size_t i = 0; i < n; ++i) ASSERT_NEAR(p0[i], expect[i], 1e-4) << i;
+  for (const ShardStatus& st : w0.status()) EXPECT_EQ(st.applied, acked + 2);
 }
 
 TEST(ParameterServers, AStoppedServerIsFoundByItsSilenceAndTheJobGoesOn) {

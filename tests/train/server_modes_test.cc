@@ -219,6 +219,15 @@ TEST(ServerModes, AKilledParameterServerLosesNoAcknowledgedPush) {
     EXPECT_EQ(applied.get<int64_t>(), acknowledged) << s.dump(2);
   }
   expect_one_epoch_each_sample_once(s);
+  // The replacement took its shard back from the server that stood in for it.
+  std::ifstream events(drill / "events.jsonl");
+  bool handed_back = false;
+  for (std::string line; std::getline(events, line);) {
+    const json e = json::parse(line);
+    handed_back |= e.value("event", "") == "ps_hand_back" && e.value("shard", -1) == 1 &&
+                   e.value("to", -1) == 1;
+  }
+  EXPECT_TRUE(handed_back) << e2e::slurp(drill / "events.jsonl");
   const json c = read_json(calm / "summary.json");
   EXPECT_NEAR(s["test_accuracy"].get<double>(), c["test_accuracy"].get<double>(), 0.01);
   // ssp with s = 0 is deterministic, and the backups held the very same shards.

@@ -15,6 +15,8 @@ namespace {
 
 // How soon a link to a backup that could not be made is tried again.
 constexpr Millis kLinkRetry{200};
+// How soon the store thread writes what the loop thread noted (a shard copied here).
+constexpr Millis kNotesEvery{50};
 
 std::string advertised(const ServerOptions& o) {
   if (!o.advertise_host.empty()) return o.advertise_host;
@@ -198,7 +200,10 @@ void Server::Impl::store_loop() {
         cv_.notify_all();
         return;
       }
-      const auto wait = std::chrono::duration_cast<Millis>(next_beat - Clock::now());
+      // Not longer than kNotesEvery either: a shard copied here counts (for promotion, for a
+      // hand-back) only once its note is in the store.
+      const auto wait =
+          std::min(std::chrono::duration_cast<Millis>(next_beat - Clock::now()), kNotesEvery);
       if (auto v = wait_for_view(*store_, seen, std::max(wait, Millis(1)))) {
         seen = v->number;
         server_.post([this, view = *v] { adopt_view(view); });
@@ -249,8 +254,45 @@ void Server::Impl::adopt_view(const View& v) {
       h.waiting.clear();
       spdlog::info("{}: now primary of shard {}", name(), s);
     }
+    if (was_primary && !is_primary(s)) step_down(s, h);
     if (is_primary(s)) configure_backup(s, h);
   }
+  // Replication that came from this view before it did.
+  std::deque<std::pair<ConnId, Request>> deferred;
+  deferred.swap(deferred_);
+  for (auto& [conn, q] : deferred) {
+    try {
+      handle_replica(conn, q);
+    } catch (const std::exception& e) {
+      server_.close(conn, e.what(), true);
+    }
+  }
+}
+
+// No longer the shard's primary (it was handed back): the workers whose requests wait here ask
+// the new primary, which has every change this server had acknowledged; nothing more goes to
+// the old backup.
+void Server::Impl::step_down(uint32_t shard, Held& h) {
+  size_t sent_on = 0;
+  for (Waiting& w : h.waiting) {
+    if (w.conn == 0) continue;
+    ++sent_on;
+    Response r = w.response;
+    r.status = Status::kNotPrimary;
+    r.view = view_.number;
+    r.message = name() + " no longer serves shard " + std::to_string(shard) + " in view " +
+                std::to_string(view_.number);
+    r.body.clear();
+    answer(w.conn, r);
+  }
+  h.waiting.clear();
+  h.forwards.clear();
+  h.backup = -1;
+  h.backup_incarnation = 0;
+  h.backup_synced = false;
+  spdlog::info("{}: now backup of shard {} ({} waiting requests sent on to its new primary)",
+               name(), shard, sent_on);
+  if (pause_) check_pause();
 }
 
 // The backup the shard forwards to, as the view says.
@@ -419,6 +461,7 @@ void Server::Impl::on_closed(ConnId conn) {
     link_down(server);
     return;
   }
+  std::erase_if(deferred_, [conn](const auto& d) { return d.first == conn; });
   // A worker that left: what it waited for is not answered, nor does its pause hold any more.
   if (pause_ && pause_->conns.count(conn)) end_pause();
   for (auto& [s, h] : shards_) {

@@ -110,6 +110,7 @@ class Server::Impl : public net::FrameServer::Handler {
   void join_connectors(bool all);
   void adopt_view(const View& v);
   void configure_backup(uint32_t shard, Held& h);
+  void step_down(uint32_t shard, Held& h);
   void connect_link(int server);
   void link_up(int server, ConnId conn);
   void link_down(int server);
@@ -150,6 +151,9 @@ class Server::Impl : public net::FrameServer::Handler {
   std::set<ConnId> busy_;  // workers' connections with a request in flight
   std::optional<Pause> pause_;
   uint64_t next_fwd_ = 1;  // forwards' ids, across shards (a backup acknowledges by id)
+  // Replication from a primary of a newer view, for a shard this server still serves in its own:
+  // applied, in order, once that view is here (a hand-back's new primary syncs at once).
+  std::deque<std::pair<ConnId, Request>> deferred_;
 
   // Between threads.
   std::mutex mu_;

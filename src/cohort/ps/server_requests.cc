@@ -278,6 +278,17 @@ void Server::Impl::handle_replica(ConnId conn, const Request& q) {
   if (!from || (q.op == Op::kReplicate && static_cast<uint32_t>(from->first) != q.from_server)) {
     throw ProtocolError("replication from a peer that is not that parameter server");
   }
+  const bool later = std::any_of(deferred_.begin(), deferred_.end(),
+                                 [conn](const auto& d) { return d.first == conn; });
+  if (later || (q.view > view_.number && is_primary(q.shard))) {
+    // This server still serves the shard: the view that hands it over is on its way.
+    if (!later) {
+      spdlog::info("{}: replication of shard {} from view {} waits for that view", name(),
+                   q.shard, q.view);
+    }
+    deferred_.emplace_back(conn, q);
+    return;
+  }
   Response ack{.id = q.id, .view = view_.number};
   const bool current = in_view_ && q.shard < view_.shards.size() &&
                        view_.shards[q.shard].primary == from->first &&

@@ -92,6 +92,7 @@ std::vector<json> ViewManager::tick() {
   if (!ready()) return events;
   check_heartbeats(events);
   learn_synced();
+  hand_back(events);
   return events;
 }
 
@@ -164,6 +165,44 @@ void ViewManager::learn_synced() {
       synced_.insert({static_cast<uint32_t>(s), b});
     }
   }
+}
+
+// Shard s's first primary is server s. Once a replacement for server s holds shard s's state as
+// its backup, the two swap roles: the replacement serves the shard again and the server that
+// stood in for it goes back to backing it, so one failure does not leave one server with twice
+// the pushes of the others for the rest of the job. The server stepping down holds every
+// acknowledged push (it was the primary), so it counts as holding the state at once; it gets
+// its new primary's whole shard before any change (server.h).
+void ViewManager::hand_back(std::vector<json>& events) {
+  std::vector<int> handed;
+  for (size_t s = 0; s < view_.shards.size(); ++s) {
+    ShardRoles& r = view_.shards[s];
+    const int home = static_cast<int>(s);
+    const auto shard = static_cast<uint32_t>(s);
+    if (r.primary == home || r.primary < 0 || r.backup != home || !view_.servers[home].up ||
+        !synced_.count({shard, home})) {
+      continue;
+    }
+    synced_.erase({shard, home});
+    synced_.insert({shard, r.primary});
+    events.push_back({{"event", "ps_hand_back"},
+                      {"shard", s},
+                      {"from", r.primary},
+                      {"to", home},
+                      {"incarnation", view_.servers[home].incarnation}});
+    spdlog::info("parameter servers: shard {} goes back to server {} (from server {})", s, home,
+                 r.primary);
+    r.backup = r.primary;
+    r.primary = home;
+    handed.push_back(home);
+  }
+  if (handed.empty()) return;
+  std::string why = "shard";
+  if (handed.size() > 1) why += "s";
+  for (size_t i = 0; i < handed.size(); ++i) {
+    why += (i ? ", " : " ") + std::to_string(handed[i]);
+  }
+  publish(events, why + " handed back to " + (handed.size() > 1 ? "their servers" : "its server"));
 }
 
 void ViewManager::server_exited(int index, const std::string& status) {

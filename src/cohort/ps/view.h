@@ -7,8 +7,10 @@
 // server can die without losing an acknowledged push: the ViewManager publishes a view in which
 // the backup is primary, the workers send there, and a replacement server, once it has
 // registered, becomes the backup of every shard left without one (its primary copies it the
-// whole shard first). Only a backup that holds its shard's state is promoted; a shard whose
-// primary and backup are both gone is lost, and the job with it.
+// whole shard first). Once the replacement for server i holds shard i, the two swap roles (a
+// hand-back): shard i is served by server i again, backed by the server that stood in for it, so
+// the load is as even as in the first view. Only a backup that holds its shard's state is
+// promoted; a shard whose primary and backup are both gone is lost, and the job with it.
 //
 // Keys (under the job's store):
 //   ps/settings              the servers' settings (JSON, ServerSettings in server.h)
@@ -97,7 +99,8 @@ class ViewManager {
   ViewManager(store::Store& store, int servers, std::chrono::milliseconds failure_timeout);
 
   // Looks at registrations, heartbeats and synced backups; publishes a new view when anything
-  // changed. Returns events for events.jsonl (ps_view, server_lost, server_joined).
+  // changed. Returns events for events.jsonl (ps_view, server_lost, server_joined,
+  // ps_hand_back).
   std::vector<nlohmann::json> tick();
   // The launcher saw server <index>'s process end.
   void server_exited(int index, const std::string& status);
@@ -122,6 +125,7 @@ class ViewManager {
   void learn_registrations(std::vector<nlohmann::json>& events);
   void check_heartbeats(std::vector<nlohmann::json>& events);
   void learn_synced();
+  void hand_back(std::vector<nlohmann::json>& events);
 
   store::Store& store_;
   int servers_;
