@@ -1,6 +1,7 @@
 // Parameter servers and their clients over real sockets: ssp and async, replication and
 // failover, and what a server does with bad input.
 #include <gtest/gtest.h>
+#include <time.h>
 
 #include <atomic>
 #include <numeric>
@@ -289,6 +290,45 @@ TEST(ParameterServers, AServerHandingItsShardBackSendsItsWaitingPullsOn) {
   for (size_t i = 0; i < n; ++i) expect[i] -= 0.1f * (g0[i] + g1[i]);
   for (size_t i = 0; i < n; ++i) ASSERT_NEAR(p0[i], expect[i], 1e-4) << i;
   for (const ShardStatus& st : w0.status()) EXPECT_EQ(st.applied, acked + 2);
+}
+
+double process_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
+}
+
+// While one worker evaluates (a pause), another's answer is held at the server until it resumes,
+// and the server waits for that without burning CPU, even when the held request's own read
+// deadline (`wait`) passed long ago: a server that polled for it would starve the evaluation it
+// waits for on a busy host.
+TEST(ParameterServers, APausedServerHoldsAnswersWithoutSpinning) {
+  PsCluster cluster(settings(1, 2, Consistency::Ssp));
+  const Layout layout({16}, 1);
+  Client w0(cluster.client_options(0), layout), w1(cluster.client_options(1), layout);
+  w0.init(initial(16))->wait();
+  std::vector<float> p0(16), p1(16);
+  const auto keys = w0.all_keys();
+  const auto g00 = gradient(0, 0, 16), g10 = gradient(1, 0, 16), g11 = gradient(1, 1, 16);
+  w0.push_pull(keys, g00, p0, {.clock = 0, .lr = 0.1})->wait();
+  w1.push_pull(keys, g10, p1, {.clock = 0, .lr = 0.1})->wait();
+
+  // Slot 1 has no request at the server: the pause gives up waiting for it to be held after
+  // 100 ms and is in place from then on. Slot 1's next request is then held.
+  w0.pause(0, Millis(100))->wait(Millis(10000));
+  PullInfo info;
+  auto held = w1.push_pull(keys, g11, p1, {.clock = 1, .lr = 0.1, .wait = Millis(10)}, &info);
+  const double cpu0 = process_cpu_seconds();
+  const auto t0 = Clock::now();
+  while (Clock::now() - t0 < Millis(1000)) {
+    EXPECT_FALSE(held->is_completed());
+    std::this_thread::sleep_for(Millis(50));
+  }
+  const double cpu = process_cpu_seconds() - cpu0;
+  w0.resume(0)->wait(Millis(10000));
+  held->wait(Millis(10000));
+  EXPECT_GE(info.held, std::chrono::microseconds(900000));
+  EXPECT_LT(cpu, 0.3) << "CPU seconds spent by the whole test process while the answer was held";
 }
 
 TEST(ParameterServers, AStoppedServerIsFoundByItsSilenceAndTheJobGoesOn) {

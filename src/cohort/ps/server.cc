@@ -479,8 +479,12 @@ Deadline Server::Impl::next_deadline() {
   }
   for (const auto& [s, h] : shards_) {
     for (const Waiting& w : h.waiting) {
+      // Only a read still to be made has a deadline here: a request that has read and waits
+      // for its backup or for a pause to end is answered by those (an expired answer_by of its
+      // would make the loop spin, starving the evaluating worker the pause waits for).
+      if (!w.pull || w.pulled) continue;
       d = d.earlier(w.answer_by);
-      if (w.pull && !w.pulled && !w.fresh_by.expired()) d = d.earlier(w.fresh_by);
+      if (!w.fresh_by.expired()) d = d.earlier(w.fresh_by);
     }
   }
   return d;
