@@ -105,9 +105,11 @@ TEST(SyncModes, LocalSgdLosesAtMostThePeriodWhenAWorkerDies) {
   fs::remove_all(dir);
 }
 
-// sync.balance: auto with a worker that is three times slower than it is: its share of the
-// global batch falls to about a third of the other's, every sample of the epoch is still trained
-// on once, and the replicas still agree.
+// sync.balance: auto with a worker that is three times slower than it is: it trains well under
+// half of the epoch's samples (a quarter if the balance were exact), every sample of the epoch is
+// still trained on once, and the replicas still agree. (The share after the last commit is one
+// measurement of a few steps, which a busy host can swing: the samples each rank trained over
+// the whole epoch are what the balance gave.)
 TEST(SyncModes, BalanceGivesAPersistentStragglerASmallerShare) {
   const fs::path dir = e2e::fresh_dir("sync", "balance");
   const e2e::Result r =
@@ -118,9 +120,9 @@ TEST(SyncModes, BalanceGivesAPersistentStragglerASmallerShare) {
   ASSERT_EQ(s["per_rank"].size(), 2u) << s.dump(2);
   const json& fast = s["per_rank"][0];
   const json& slow = s["per_rank"][1];
-  EXPECT_LT(slow["balance_shares"][1].get<double>(), 0.42) << s.dump(2);
   EXPECT_EQ(slow["balance_shares"], fast["balance_shares"]);
-  EXPECT_LT(slow["samples"].get<double>(), 0.75 * fast["samples"].get<double>()) << s.dump(2);
+  const double slow_samples = slow["samples"].get<double>();
+  EXPECT_LT(slow_samples / (slow_samples + fast["samples"].get<double>()), 0.42) << s.dump(2);
   expect_one_epoch_each_sample_once(s);
   EXPECT_EQ(fast["parameter_digest"], slow["parameter_digest"]);
   EXPECT_GE(s["test_accuracy"].get<double>(), 0.8) << s.dump(2);
