@@ -297,6 +297,10 @@ lines = [BEGIN, title, "",
          "a step lagged it (its step minus the slowest worker's), mean over steps and ranks / "
          "max." % (every, epochs, cap, target, os.environ.get("BENCH_SERVERS", "4"),
                    os.environ.get("BENCH_STALENESS", "3")), "", load_note(quiet_log), ""]
+# The settings besides the regime's that were not the defaults, for the command that reproduces it.
+settings = "".join('%s="%s" ' % (k, os.environ[k]) for k in (
+    "BENCH_ARMS", "BENCH_EVAL_EVERY", "BENCH_EPOCHS", "BENCH_CAP_S", "BENCH_TARGET",
+    "BENCH_SERVERS", "BENCH_STALENESS", "BENCH_DC", "BENCH_MARKER") if k in os.environ)
 for regime in sorted({r["regime"] for r in rows}):
     rate, n, batch, lr, period, warmup, faults = regime.split(" ", 6)
     sel = [r for r in rows if r["regime"] == regime]
@@ -306,10 +310,10 @@ for regime in sorted({r["regime"] for r in rows}):
     lines += ["### %s per link, %s workers, batch %s per worker, lr %s, period %s, warm-up %s%s"
               % (rate, n, batch, lr, period, warmup,
                  "" if faults == "none" else ", faults: `%s`" % faults), "",
-              "Measured %s. Command: `BENCH_RATE=%s BENCH_WORKERS=%s BENCH_BATCH=%s BENCH_LR=%s "
+              "Measured %s. Command: `%sBENCH_RATE=%s BENCH_WORKERS=%s BENCH_BATCH=%s BENCH_LR=%s "
               "BENCH_PERIOD=%s BENCH_WARMUP=%s%s make bench-sync`." % (
                   dates[0] if dates[0] == dates[-1] else "%s to %s" % (dates[0], dates[-1]),
-                  rate, n, batch, lr, period, warmup,
+                  settings, rate, n, batch, lr, period, warmup,
                   "" if faults == "none" else " BENCH_FAULTS='%s'" % faults), "",
               "| arm | time to %s (s) | at step | s/step | final accuracy | steps | "
               "link bytes/step | waiting | staleness | load | allreduce's time / this |" % target,
