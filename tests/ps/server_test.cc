@@ -208,21 +208,38 @@ TEST(ParameterServers, AKilledServersShardsMoveToTheirBackupsAndNoAcknowledgedPu
   }
 }
 
+// Three servers and two workers that trained some clocks before server 1 (shard 1's primary)
+// was killed: shard 1 is at server 2 until server 1's replacement takes it back.
+class HandBack : public ::testing::Test {
+ protected:
+  HandBack()
+      : cluster(settings(3, 2, Consistency::Ssp)),
+        layout({30, 7, 12}, 3),
+        w0(cluster.client_options(0), layout),
+        w1(cluster.client_options(1), layout),
+        expect(initial(layout.total())) {
+    w0.init(initial(layout.total()))->wait();
+    first = cluster.view();
+  }
+  void train_and_lose_server_1(int64_t clocks) {
+    train(w0, w1, 0, clocks, expect, &acked);
+    cluster.kill(1);
+    ASSERT_TRUE(cluster.wait_view([](const View& v) { return v.shards[1].primary == 2; }));
+  }
+
+  PsCluster cluster;
+  const Layout layout;
+  Client w0, w1;
+  View first;  // the first view, which the hand-back restores
+  std::vector<float> expect;
+  size_t acked = 0;
+};
+
 // A replacement takes its shard back while both workers keep pushing: the requests waiting at
 // the server that steps down are sent again to the new primary, and neither server loses an
 // acknowledged push: each can die right after the hand-back and the job goes on.
-TEST(ParameterServers, AReplacementTakesItsShardBackWhileTrainingGoesOn) {
-  PsCluster cluster(settings(3, 2, Consistency::Ssp));
-  const Layout layout({30, 7, 12}, 3);
-  Client w0(cluster.client_options(0), layout), w1(cluster.client_options(1), layout);
-  w0.init(initial(layout.total()))->wait();
-  const View first = cluster.view();
-  std::vector<float> expect = initial(layout.total());
-  size_t acked = 0;
-  train(w0, w1, 0, 4, expect, &acked);
-
-  cluster.kill(1);
-  ASSERT_TRUE(cluster.wait_view([](const View& v) { return v.shards[1].primary == 2; }));
+TEST_F(HandBack, WhileTrainingGoesOnNoPushIsLost) {
+  ASSERT_NO_FATAL_FAILURE(train_and_lose_server_1(4));
   // Training goes on through the replacement's copy and the hand-back, and some clocks after.
   std::atomic<int64_t> until{1 << 20}, clock{4};
   std::vector<float> last;
@@ -257,17 +274,8 @@ TEST(ParameterServers, AReplacementTakesItsShardBackWhileTrainingGoesOn) {
 
 // A pull waiting at the server that hands its shard back, for a push that will go to the new
 // primary, is sent on there rather than left waiting for it.
-TEST(ParameterServers, AServerHandingItsShardBackSendsItsWaitingPullsOn) {
-  PsCluster cluster(settings(3, 2, Consistency::Ssp));
-  const Layout layout({30, 7, 12}, 3);
-  Client w0(cluster.client_options(0), layout), w1(cluster.client_options(1), layout);
-  w0.init(initial(layout.total()))->wait();
-  const View first = cluster.view();
-  std::vector<float> expect = initial(layout.total());
-  size_t acked = 0;
-  train(w0, w1, 0, 2, expect, &acked);
-  cluster.kill(1);
-  ASSERT_TRUE(cluster.wait_view([](const View& v) { return v.shards[1].primary == 2; }));
+TEST_F(HandBack, TheServerSteppingDownSendsItsWaitingPullsOn) {
+  ASSERT_NO_FATAL_FAILURE(train_and_lose_server_1(2));
 
   // Worker 0 pushes clock 2 and asks for the parameters after both workers' clock 2; it waits
   // at server 2 (shard 1's primary for now) once its push is applied there.
