@@ -273,19 +273,9 @@ void Server::Impl::adopt_view(const View& v) {
 // the new primary, which has every change this server had acknowledged; nothing more goes to
 // the old backup.
 void Server::Impl::step_down(uint32_t shard, Held& h) {
-  size_t sent_on = 0;
-  for (Waiting& w : h.waiting) {
-    if (w.conn == 0) continue;
-    ++sent_on;
-    Response r = w.response;
-    r.status = Status::kNotPrimary;
-    r.view = view_.number;
-    r.message = name() + " no longer serves shard " + std::to_string(shard) + " in view " +
-                std::to_string(view_.number);
-    r.body.clear();
-    answer(w.conn, r);
-  }
-  h.waiting.clear();
+  const size_t sent_on =
+      send_elsewhere(h, name() + " no longer serves shard " + std::to_string(shard) + " in view " +
+                            std::to_string(view_.number));
   h.forwards.clear();
   h.backup = -1;
   h.backup_incarnation = 0;
@@ -293,6 +283,24 @@ void Server::Impl::step_down(uint32_t shard, Held& h) {
   spdlog::info("{}: now backup of shard {} ({} waiting requests sent on to its new primary)",
                name(), shard, sent_on);
   if (pause_) check_pause();
+}
+
+// Answers every worker's request that waits on the shard "not the primary" (its worker asks the
+// primary of the newest view) and drops the waiting; returns how many were answered.
+size_t Server::Impl::send_elsewhere(Held& h, const std::string& why) {
+  size_t n = 0;
+  for (Waiting& w : h.waiting) {
+    if (w.conn == 0) continue;
+    ++n;
+    Response r = w.response;
+    r.status = Status::kNotPrimary;
+    r.view = view_.number;
+    r.message = why;
+    r.body.clear();
+    answer(w.conn, r);
+  }
+  h.waiting.clear();
+  return n;
 }
 
 // The backup the shard forwards to, as the view says.
@@ -433,15 +441,7 @@ void Server::Impl::on_forward_ack(ConnId conn, const Response& r) {
       // The backup follows a newer view in which this server is not the primary: stop
       // answering for the shard until that view arrives here.
       spdlog::warn("{}: backup server {} refused shard {}: {}", name(), server, s, r.message);
-      for (Waiting& w : h.waiting) {
-        if (w.conn == 0) continue;
-        Response nr = w.response;
-        nr.status = Status::kNotPrimary;
-        nr.message = "the backup follows a newer view";
-        nr.body.clear();
-        answer(w.conn, nr);
-      }
-      h.waiting.clear();
+      send_elsewhere(h, "the backup follows a newer view");
       return;
     }
     while (!h.forwards.empty() && h.forwards.front().id <= r.id) h.forwards.pop_front();

@@ -111,6 +111,7 @@ class Server::Impl : public net::FrameServer::Handler {
   void adopt_view(const View& v);
   void configure_backup(uint32_t shard, Held& h);
   void step_down(uint32_t shard, Held& h);
+  size_t send_elsewhere(Held& h, const std::string& why);
   void connect_link(int server);
   void link_up(int server, ConnId conn);
   void link_down(int server);
