@@ -116,6 +116,11 @@ TEST(PsProtocol, TruncatedTrailingAndLyingMessagesAreProtocolErrors) {
     std::vector<uint8_t> cut(resp.begin(), resp.begin() + static_cast<long>(n));
     EXPECT_THROW(decode_response(cut), ProtocolError) << n;
   }
+  // The last status a server sends (a hold notice) is read; the one after it is not a status.
+  EXPECT_EQ(decode_response(encode_response({.status = Status::kHeld})).status, Status::kHeld);
+  auto bad_status = encode_response({.id = 1});
+  bad_status[8] = static_cast<uint8_t>(Status::kHeld) + 1;
+  EXPECT_THROW(decode_response(bad_status), ProtocolError);
 }
 
 }  // namespace

@@ -339,6 +339,62 @@ TEST(ParameterServers, APausedServerHoldsAnswersWithoutSpinning) {
   EXPECT_LT(cpu, 0.3) << "CPU seconds spent by the whole test process while the answer was held";
 }
 
+// A pause lasts as long as the evaluation, which may be longer than a request's timeout (a
+// large test set): the server says it holds the answer (kHeld) when the hold begins and every
+// second after, and the held worker's request is not timed out meanwhile.
+TEST(ParameterServers, AnAnswerHeldLongerThanTheRequestTimeoutIsNotTimedOut) {
+  PsCluster cluster(settings(2, 2, Consistency::Ssp));
+  const Layout layout({16}, 2);
+  Client w0(cluster.client_options(0), layout), w1(cluster.client_options(1, Millis(1500)), layout);
+  w0.init(initial(16))->wait();
+  std::vector<float> p0(16), p1(16);
+  const auto keys = w0.all_keys();
+  w0.push_pull(keys, gradient(0, 0, 16), p0, {.clock = 0, .lr = 0.1})->wait();
+  w1.push_pull(keys, gradient(1, 0, 16), p1, {.clock = 0, .lr = 0.1})->wait();
+
+  w0.pause(0, Millis(100))->wait(Millis(10000));
+  PullInfo info;
+  const auto g11 = gradient(1, 1, 16);
+  auto held = w1.push_pull(keys, g11, p1, {.clock = 1, .lr = 0.1}, &info);
+  const auto t0 = Clock::now();
+  while (Clock::now() - t0 < Millis(4000)) {  // the evaluation: over twice w1's timeout
+    ASSERT_FALSE(held->is_completed()) << "the held request ended after "
+                                       << seconds_since(t0) << " s";
+    std::this_thread::sleep_for(Millis(50));
+  }
+  w0.resume(0)->wait(Millis(10000));
+  held->wait(Millis(10000));
+  EXPECT_GE(info.held, std::chrono::microseconds(3900000));
+}
+
+// The job retires the slot of a worker it declared lost; a pause that worker held ends with it,
+// so the others do not wait for an evaluation nobody will finish.
+TEST(ParameterServers, APauseEndsWhenItsSlotIsRetired) {
+  PsCluster cluster(settings(1, 2, Consistency::Ssp));
+  const Layout layout({16}, 1);
+  Client w0(cluster.client_options(0), layout), w1(cluster.client_options(1), layout);
+  Client launcher(cluster.client_options(kNoSlot), layout);
+  w0.init(initial(16))->wait();
+  std::vector<float> p0(16), p1(16);
+  const auto keys = w0.all_keys();
+  w0.push_pull(keys, gradient(0, 0, 16), p0, {.clock = 0, .lr = 0.1})->wait();
+  w1.push_pull(keys, gradient(1, 0, 16), p1, {.clock = 0, .lr = 0.1})->wait();
+
+  // Slot 1 waits for slot 0's clock 1; slot 0 pauses, which completes once slot 1 waits at the
+  // server. Slot 0 never pushes clock 1: the job declares it lost and retires its slot.
+  PullInfo info;
+  const auto g11 = gradient(1, 1, 16);
+  auto held = w1.push_pull(keys, g11, p1, {.clock = 1, .lr = 0.1, .min_clock = 2}, &info);
+  w0.pause(0, Millis(10000))->wait(Millis(10000));
+  EXPECT_FALSE(held->is_completed());
+  launcher.control(Control::kRetire, 0)->wait(Millis(10000));
+  // Retired, slot 0's clocks no longer count, so clock 1 is complete; its answer was held by
+  // slot 0's pause, which ended with the retirement.
+  ASSERT_NO_THROW(held->wait(Millis(5000))) << "the pause of a retired slot still holds answers";
+  EXPECT_TRUE(info.reached);
+  EXPECT_GT(info.held.count(), 0);
+}
+
 TEST(ParameterServers, AStoppedServerIsFoundByItsSilenceAndTheJobGoesOn) {
   PsCluster cluster(settings(2, 1, Consistency::Async));
   const Layout layout({6}, 2);

@@ -32,6 +32,7 @@ class Deadline {
     return static_cast<int>(std::min<long long>(ms + (expired() ? 0 : 1), 1 << 30));
   }
   Deadline earlier(const Deadline& other) const { return at_ <= other.at_ ? *this : other; }
+  Deadline later(const Deadline& other) const { return at_ >= other.at_ ? *this : other; }
 
  private:
   Clock::time_point at_;

@@ -138,7 +138,9 @@ Client::Conn& Client::connection(uint32_t shard, Deadline deadline) {
 
 // One request per shard in flight; answers come in any order. A shard whose primary is gone or
 // refuses it is sent again once a newer view names another; one that is not initialised yet, a
-// little later.
+// little later. A shard whose server says it holds the answer while another worker evaluates
+// (kHeld) has its deadline start again: a pause is bounded by the evaluating worker's life, not
+// by this call's timeout.
 std::vector<Response> Client::exchange(std::vector<std::optional<Request>> requests,
                                        const char* what, Deadline deadline, size_t max_answer) {
   const size_t n = requests.size();
@@ -148,6 +150,7 @@ std::vector<Response> Client::exchange(std::vector<std::optional<Request>> reque
   std::vector<bool> in_flight(n, false);
   std::vector<Deadline> retry_at(n, Deadline(Clock::time_point::min()));
   std::vector<std::string> last_error(n);
+  std::vector<Deadline> due(n, deadline);  // each shard's, moved on by kHeld
   auto lost = [&](uint32_t s, const std::string& why) {
     last_error[s] = why;
     conns_.erase(s);
@@ -158,14 +161,12 @@ std::vector<Response> Client::exchange(std::vector<std::optional<Request>> reque
     bool all = true;
     for (size_t s = 0; s < n; ++s) all &= !requests[s] || answers[s].has_value();
     if (all) break;
-    if (deadline.expired()) {
-      for (uint32_t s = 0; s < n; ++s) {
-        if (!requests[s] || answers[s]) continue;
-        throw TimeoutError(options_.name + ": parameter-server " + what + " of " + describe(s) +
-                           " (slot " + std::to_string(requests[s]->slot) + ", clock " +
-                           std::to_string(requests[s]->clock) + ") not answered in time" +
-                           (last_error[s].empty() ? "" : ": " + last_error[s]));
-      }
+    for (uint32_t s = 0; s < n; ++s) {
+      if (!requests[s] || answers[s] || !due[s].expired()) continue;
+      throw TimeoutError(options_.name + ": parameter-server " + what + " of " + describe(s) +
+                         " (slot " + std::to_string(requests[s]->slot) + ", clock " +
+                         std::to_string(requests[s]->clock) + ") not answered in time" +
+                         (last_error[s].empty() ? "" : ": " + last_error[s]));
     }
     // Send what is due.
     for (uint32_t s = 0; s < n; ++s) {
@@ -174,7 +175,7 @@ std::vector<Response> Client::exchange(std::vector<std::optional<Request>> reque
       requests[s]->id = next_id_++;
       payloads[s] = encode_request(*requests[s]);
       try {
-        Conn& c = connection(s, deadline);
+        Conn& c = connection(s, due[s]);
         c.writer.push(net::MsgType::kPsRequest, payloads[s]);
         c.writer.flush(c.sock);
         in_flight[s] = true;
@@ -191,11 +192,11 @@ std::vector<Response> Client::exchange(std::vector<std::optional<Request>> reque
           {c.sock.fd(), static_cast<short>(POLLIN | (c.writer.empty() ? 0 : POLLOUT)), 0});
       which.push_back(s);
     }
-    Deadline wake = deadline;
+    Deadline wake = Deadline::never();
     for (uint32_t s = 0; s < n; ++s) {
-      if (requests[s] && !answers[s] && !in_flight[s] && !retry_at[s].expired()) {
-        wake = wake.earlier(retry_at[s]);
-      }
+      if (!requests[s] || answers[s]) continue;
+      wake = wake.earlier(due[s]);
+      if (!in_flight[s] && !retry_at[s].expired()) wake = wake.earlier(retry_at[s]);
     }
     if (::poll(fds.data(), fds.size(), wake.poll_timeout_ms()) < 0 && errno != EINTR) {
       throw SystemError("poll", errno);
@@ -208,8 +209,15 @@ std::vector<Response> Client::exchange(std::vector<std::optional<Request>> reque
         if (!c.writer.empty()) c.writer.flush(c.sock);
         if (!c.reader.read(c.sock, max_answer)) continue;
         Response r = decode_response(c.reader.take().payload);
-        in_flight[s] = false;
+        in_flight[s] = r.status == Status::kHeld;
         switch (r.status) {
+          case Status::kHeld:  // still in flight: the time it is held does not count
+            // The next notice is due kHeldNotice from now; the timeout counts from then.
+            if (r.id != requests[s]->id) throw ProtocolError("a hold notice for another request");
+            due[s] = due[s].later(Deadline::after(options_.timeout + kHeldNotice));
+            deadline = deadline.later(due[s]);
+            last_error[s] = r.message;
+            break;
           case Status::kOk:
             answers[s] = std::move(r);
             break;

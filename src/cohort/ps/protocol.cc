@@ -197,7 +197,7 @@ Response decode_response(const std::vector<uint8_t>& payload) {
   Response s;
   s.id = r.get<uint64_t>();
   const auto st = r.get<uint8_t>();
-  if (st > static_cast<uint8_t>(Status::kNotReady)) {
+  if (st > static_cast<uint8_t>(Status::kHeld)) {
     throw ProtocolError("unknown parameter-server status " + std::to_string(st));
   }
   s.status = static_cast<Status>(st);

@@ -24,6 +24,7 @@
 // copied out of the frame: a decoded push points into its payload.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -108,7 +109,15 @@ enum class Status : uint8_t {
   kError = 1,       // the request cannot be done (message says why); do not retry
   kNotPrimary = 2,  // this server does not serve the shard in its view: find the new primary
   kNotReady = 3,    // the shard has no state yet (nobody initialised it)
+  // Not an answer: the answer is ready but held while another worker evaluates (a pause). The
+  // request stays in flight, and its timeout starts again from when the next notice is due:
+  // sent when the hold begins and every kHeldNotice while it lasts, so that an evaluation longer
+  // than a request's timeout does not time out the workers it holds.
+  kHeld = 4,
 };
+
+// How often a server tells a worker whose answer it holds that it still does (Status::kHeld).
+inline constexpr std::chrono::milliseconds kHeldNotice{1000};
 
 struct Response {
   uint64_t id = 0;

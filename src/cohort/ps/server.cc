@@ -479,9 +479,11 @@ Deadline Server::Impl::next_deadline() {
   }
   for (const auto& [s, h] : shards_) {
     for (const Waiting& w : h.waiting) {
-      // Only a read still to be made has a deadline here: a request that has read and waits
-      // for its backup or for a pause to end is answered by those (an expired answer_by of its
-      // would make the loop spin, starving the evaluating worker the pause waits for).
+      // A held answer's deadline is its next notice (kHeld). Otherwise only a read still to be
+      // made has one: a request that has read and waits for its backup or for a pause to end
+      // is answered by those (an expired answer_by of its would make the loop spin, starving
+      // the evaluating worker the pause waits for).
+      if (pause_ && w.held_since && w.conn != 0) d = d.earlier(w.notice_by);
       if (!w.pull || w.pulled) continue;
       d = d.earlier(w.answer_by);
       if (!w.fresh_by.expired()) d = d.earlier(w.fresh_by);
@@ -494,6 +496,9 @@ void Server::Impl::on_tick() {
   join_connectors(false);
   check_pause();
   for (auto& [s, h] : shards_) {
+    for (Waiting& w : h.waiting) {
+      if (w.held_since && w.conn != 0 && pause_ && w.notice_by.expired()) notice_held(w);
+    }
     const bool due = std::any_of(h.waiting.begin(), h.waiting.end(), [](const Waiting& w) {
       return w.pull && !w.pulled &&
              (w.answer_by.expired() || (w.fresh_version > 0 && w.fresh_by.expired()));

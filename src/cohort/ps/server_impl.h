@@ -51,6 +51,7 @@ class Server::Impl : public net::FrameServer::Handler {
     // A worker's push_pull, whose answer waits while another slot evaluates (a pause).
     bool holdable = false;
     std::optional<Clock::time_point> held_since;
+    Deadline notice_by = Deadline::never();  // while held: when to say so again (kHeld)
     uint32_t slot = 0;
     int64_t min_version = 0;
     int64_t min_clock = 0;
@@ -132,6 +133,8 @@ class Server::Impl : public net::FrameServer::Handler {
   // Answers the pause requests once every other active slot waits here (or at the deadline).
   void check_pause();
   void end_pause();
+  // Tells the worker of a held answer that it is held (Status::kHeld), so its deadline restarts.
+  void notice_held(Waiting& w);
   void answer(ConnId conn, const Response& r);
   Response base_response(const Request& q, const Held* h) const;
   std::vector<uint8_t> status_body(const Shard& s) const;

@@ -77,6 +77,11 @@ void Server::Impl::handle_request(ConnId conn, const Request& q,
   busy_.insert(conn);
   h.waiting.push_back(std::move(*w));
   resolve(h);
+  // A retired slot's worker is gone for good (the job declared it lost): its pause ends with it.
+  if (q.op == Op::kControl && q.action == Control::kRetire && pause_ && pause_->slot == q.slot) {
+    spdlog::warn("{}: slot {} was retired while it held a pause: the pause ends", name(), q.slot);
+    end_pause();
+  }
 }
 
 std::optional<Server::Impl::Waiting> Server::Impl::apply(uint32_t shard, Held& h, const Request& q,
@@ -200,7 +205,10 @@ void Server::Impl::resolve(Held& h) {
       continue;
     }
     if (w.conn != 0 && w.holdable && pause_ && w.slot != pause_->slot) {
-      if (!w.held_since) w.held_since = Clock::now();  // another slot evaluates: wait
+      if (!w.held_since) {  // another slot evaluates: wait, and say so
+        w.held_since = Clock::now();
+        notice_held(w);
+      }
       ++it;
       continue;
     }
@@ -215,6 +223,14 @@ void Server::Impl::resolve(Held& h) {
     it = h.waiting.erase(it);
   }
   if (pause_) check_pause();
+}
+
+void Server::Impl::notice_held(Waiting& w) {
+  Response r{.id = w.response.id, .status = Status::kHeld, .view = view_.number};
+  r.message = "held while slot " + std::to_string(pause_->slot) + " evaluates";
+  // Not answer(): the request is still in flight on this connection.
+  server_.send(w.conn, net::MsgType::kPsResponse, encode_response(r));
+  w.notice_by = Deadline::after(kHeldNotice);
 }
 
 void Server::Impl::handle_pause(ConnId conn, const Request& q) {
