@@ -133,8 +133,7 @@ class JobLaunch {
   std::string local_host_;
   // Worker processes by rank in the job: 0 .. workers-1, then replacements workers, workers+1, ...
   std::map<int, elastic::ChildProcess> workers_;
-  std::set<int> exited_;
-  std::map<int, bool> exit_ok_;  // by rank, once its process exited
+  std::map<int, bool> exit_ok_;  // by rank, once its process exited: whether it succeeded
   int next_rank_ = 0;
   int restarts_ = 0;
   std::unique_ptr<store::Store> ps_store_;
@@ -392,7 +391,7 @@ bool JobLaunch::joiners_possible() {
   if (restarts_ < cfg_.elastic.max_restarts) return true;
   for (auto& [r, w] : workers_) {
     const auto& m = coordinator_->members();
-    if (r >= cfg_.workers && !exited_.count(r) && !coordinator_->is_lost(r) &&
+    if (r >= cfg_.workers && !exit_ok_.count(r) && !coordinator_->is_lost(r) &&
         std::find(m.begin(), m.end(), r) == m.end()) {
       return true;
     }
@@ -474,8 +473,7 @@ void JobLaunch::forward_worker_events() {
 void JobLaunch::reap_workers() {
   for (auto& [r, w] : workers_) {
     auto st = w.poll();
-    if (!st || exited_.count(r)) continue;
-    exited_.insert(r);
+    if (!st || exit_ok_.count(r)) continue;
     exit_ok_[r] = st->ok();
     spdlog::info("rank {} (pid {}) exited: {}", r, w.pid(), st->describe());
     events_->write({{"event", "worker_exited"},
@@ -592,7 +590,7 @@ bool JobLaunch::supervise_once() {
     for (int r : coordinator_->members()) all_succeeded &= exit_ok_.count(r) && exit_ok_[r];
     if (all_succeeded) return false;
   }
-  if (!external_ && exited_.size() == workers_.size()) {
+  if (!external_ && exit_ok_.size() == workers_.size()) {
     return end("failed",
                (python_ ? "every worker exited" : "every worker exited without a final summary") +
                    (losses_.empty() ? std::string() : " (lost " + losses_.back() + ")"));
