@@ -15,9 +15,8 @@ void accumulate(Model& model, const Dataset& test, int64_t first, int64_t step, 
   model.eval();
   std::vector<int64_t> idx;
   for (int64_t i = first; i < test.size(); i += step) idx.push_back(i);
-  // Batches of about a training batch's size: their activations stay in the cache. With 1,000
-  // at a time the cnn evaluated 10,000 examples 6x slower (2 workers, every 100 steps: 20.5 s of
-  // evaluation against 3.5 s with 128; 64 and 256 within 15% of 128).
+  // About a training batch at a time: with 1,000 the cnn's evaluations took 7.8-10x as long
+  // (BENCHMARKS.md, "Evaluating on the test set").
   const size_t chunk = 128;
   for (size_t off = 0; off < idx.size(); off += chunk) {
     std::vector<int64_t> part(idx.begin() + off, idx.begin() + std::min(idx.size(), off + chunk));
