@@ -20,7 +20,10 @@ constexpr size_t kBig = (size_t{1} << 20) + 3;
 class Allreduce : public ::testing::TestWithParam<std::tuple<int, size_t, Algorithm, Wires>> {};
 
 TEST_P(Allreduce, MatchesReference) {
-  const auto [n, count, algo, wires] = GetParam();
+  const int n = std::get<0>(GetParam());
+  const size_t count = std::get<1>(GetParam());
+  const Algorithm algo = std::get<2>(GetParam());
+  const Wires wires = std::get<3>(GetParam());
   // Tiny segments force the multi-segment pipeline; the big count uses larger ones so the test
   // stays fast (it is still thousands of segments).
   World world(n, wires, [&](CommConfig& c) { c.chunk_bytes = count >= kBig ? 64 << 10 : 256; });
@@ -111,7 +114,8 @@ TEST(RingOrder, VisitsEveryStepOfEverySegmentOnceAndForwardsOnlyWhatArrived) {
 class RingWindow : public ::testing::TestWithParam<std::tuple<int, size_t>> {};
 
 TEST_P(RingWindow, MatchesReference) {
-  const auto [n, window] = GetParam();
+  const int n = std::get<0>(GetParam());
+  const size_t window = std::get<1>(GetParam());
   // 64-element segments: blocks of 5003 / n elements span 16..40 segments, so rounds of every
   // window run, the last one short.
   World world(n, [&, w = window](CommConfig& c) {

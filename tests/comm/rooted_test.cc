@@ -27,7 +27,8 @@ bool applies(DType dt, ReduceOp op) {
 class Rooted : public ::testing::TestWithParam<std::tuple<int, Wires>> {};
 
 TEST_P(Rooted, AllreduceOfEveryTypeWithEveryReduction) {
-  const auto [n, wires] = GetParam();
+  const int n = std::get<0>(GetParam());
+  const Wires wires = std::get<1>(GetParam());
   World world(n, wires);
   world.run([&](int r, Communicator& comm) {
     for (size_t m : {size_t{1}, size_t{7}, size_t{1000}}) {
@@ -48,7 +49,8 @@ TEST_P(Rooted, AllreduceOfEveryTypeWithEveryReduction) {
 }
 
 TEST_P(Rooted, ReduceToEveryRootLeavesTheOthersUnchanged) {
-  const auto [n, wires] = GetParam();
+  const int n = std::get<0>(GetParam());
+  const Wires wires = std::get<1>(GetParam());
   World world(n, wires);
   world.run([&](int r, Communicator& comm) {
     for (int root = 0; root < n; ++root) {
@@ -73,7 +75,8 @@ TEST_P(Rooted, ReduceToEveryRootLeavesTheOthersUnchanged) {
 }
 
 TEST_P(Rooted, GatherAndScatterAtEveryRoot) {
-  const auto [n, wires] = GetParam();
+  const int n = std::get<0>(GetParam());
+  const Wires wires = std::get<1>(GetParam());
   World world(n, wires);
   world.run([&](int r, Communicator& comm) {
     for (int root = 0; root < n; ++root) {
@@ -109,7 +112,8 @@ TEST_P(Rooted, GatherAndScatterAtEveryRoot) {
 }
 
 TEST_P(Rooted, AllToAllWithEqualAndUnequalBlocks) {
-  const auto [n, wires] = GetParam();
+  const int n = std::get<0>(GetParam());
+  const Wires wires = std::get<1>(GetParam());
   World world(n, wires);
   world.run([&](int r, Communicator& comm) {
     // Element j of the block rank a sends rank b is a * 1000000 + b * 1000 + j.

@@ -36,7 +36,9 @@ TEST(Frame, HeaderLayoutIsMagicVersionTypeLengthLittleEndian) {
 }
 
 TEST(Frame, RoundTripsEmptySmallAndLargePayloads) {
-  auto [a, b] = tcp_pair();
+  auto sockets = tcp_pair();  // named, not bound: lambdas below capture them
+  Socket& a = sockets.first;
+  Socket& b = sockets.second;
   for (size_t n : {size_t(0), size_t(1), size_t(4096), size_t(4097), size_t(3u << 20)}) {
     std::vector<uint8_t> p(n);
     for (size_t i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(i % 251);
@@ -132,7 +134,9 @@ TEST(FrameReader, ReadsBackToBackFrames) {
 }
 
 TEST(FrameWriter, FlushesALargeFrameAcrossManyWritableEvents) {
-  auto [a, b] = tcp_pair();
+  auto sockets = tcp_pair();  // named, not bound: lambdas below capture them
+  Socket& a = sockets.first;
+  Socket& b = sockets.second;
   a.set_nonblocking(true);
   a.set_buffer_sizes(64 << 10);
   std::vector<uint8_t> p(2 << 20);

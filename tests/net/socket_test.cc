@@ -19,7 +19,9 @@ using testing::since;
 using testing::tcp_pair;
 
 TEST(Socket, SendAllRecvAllMoveEveryByte) {
-  auto [a, b] = tcp_pair();
+  auto sockets = tcp_pair();  // named, not bound: lambdas below capture them
+  Socket& a = sockets.first;
+  Socket& b = sockets.second;
   std::vector<uint8_t> out(4 << 20), in(out.size());
   for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(i * 7 + (i >> 13));
   std::thread sender([&] { a.send_all(out.data(), out.size(), Deadline::after(Millis(10000))); });
@@ -50,7 +52,9 @@ TEST(Socket, SendAllThrowsTimeoutErrorWhenThePeerDoesNotRead) {
 }
 
 TEST(Socket, RecvThrowsPeerLostErrorWhenThePeerCloses) {
-  auto [a, b] = tcp_pair();
+  auto sockets = tcp_pair();  // named, not bound: lambdas below capture them
+  Socket& a = sockets.first;
+  Socket& b = sockets.second;
   std::thread closer([&a] {
     std::this_thread::sleep_for(Millis(50));
     a.close();

@@ -90,7 +90,9 @@ inline std::vector<uint8_t> frame_bytes(uint16_t type, const std::vector<uint8_t
   // runs then. Rewritten with vector::insert, the release build warns the same way.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Warray-bounds"
+#ifndef __clang__
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
   if (!payload.empty())
     std::memcpy(b.data() + net::kFrameHeaderBytes, payload.data(), payload.size());
 #pragma GCC diagnostic pop

@@ -13,12 +13,12 @@
 #include <cstring>
 #include <type_traits>
 
+#include "cohort/base/cpu_features.h"
 #include "cohort/base/error.h"
 #include "cohort/comm/flight_recorder.h"
 #include "cohort/comm/half.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <cpuid.h>
 #include <immintrin.h>
 #define COHORT_X86 1
 #define COHORT_AVX2 __attribute__((target("avx2")))
@@ -105,12 +105,7 @@ COHORT_INLINE void f16_loop_portable(uint16_t* dst, const uint16_t* a, const uin
 }
 
 bool have_avx2() {
-#if COHORT_X86
-  static const bool ok = __builtin_cpu_supports("avx2");
-  return ok;
-#else
-  return false;
-#endif
+  return cpu_has_avx2();
 }
 
 // Defines name(...) which runs `body` compiled for AVX2 or for the baseline, whichever the CPU
@@ -201,13 +196,8 @@ __attribute__((target("avx2,f16c"))) void f16_loop_f16c(uint16_t* dst, const uin
   }
 }
 
-// F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c".
 bool have_f16c() {
-  static const bool ok = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return have_avx2() && __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
-  }();
-  return ok;
+  return cpu_has_avx2() && cpu_has_f16c();
 }
 #endif
 

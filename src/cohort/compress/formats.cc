@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "cohort/base/cpu_features.h"
 #include "cohort/base/error.h"
 #include "cohort/comm/half.h"
 
@@ -26,13 +27,7 @@ namespace {
 constexpr float kHalfMax = 65504.0f;
 
 bool have_avx2_f16c() {
-#if COHORT_X86
-  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
-                         __builtin_cpu_supports("fma");
-  return ok;
-#else
-  return false;
-#endif
+  return cpu_has_avx2() && cpu_has_f16c() && cpu_has_fma();
 }
 
 // splitmix64: one well-mixed word per counter value (seeds the stream of one encode call).

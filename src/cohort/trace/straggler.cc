@@ -39,7 +39,8 @@ std::vector<Straggler> find_stragglers(const BusyTable& busy, const StragglerOpt
   if (busy.size() < 2 || options.window < 1) return out;
   // Steps every rank reported, in order.
   std::vector<int64_t> steps;
-  for (const auto& [step, _] : busy.begin()->second) {
+  for (const auto& entry : busy.begin()->second) {
+    const int64_t step = entry.first;
     bool everywhere = std::all_of(busy.begin(), busy.end(),
                                   [&](const auto& r) { return r.second.count(step) > 0; });
     if (everywhere) steps.push_back(step);
