@@ -5,7 +5,8 @@
 # build/fuzz/corpus/<name>/, where what the fuzzer finds accumulates across runs; the repository's
 # seeds stay as they are. A crash, a leak, a sanitizer report or a hang (-timeout, 10 s an input)
 # fails the run and leaves the input in build/fuzz/findings/; copy it to fuzz/regressions/<name>/
-# with the fix, as a regression test.
+# with the fix, as a regression test. FUZZ_JOBS targets (one per CPU) run side by side, each on a
+# CPU of its own for its whole FUZZ_SECONDS.
 #
 #   scripts/fuzz.sh [NAME...]        # or: make fuzz (FUZZ_SECONDS=600 make fuzz for a longer run)
 set -euo pipefail
@@ -28,22 +29,19 @@ declare -A timeout=([console_http]=30)
 mkdir -p "$BUILD/findings"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-failed=()
-for name in "${names[@]}"; do
-  bin=$BUILD/fuzz/${name}_fuzzer
-  [[ -x $bin ]] || { echo "fuzz: no target $name" >&2; exit 2; }
+# One target: its regressions replayed, then fuzzed; prints what it found and returns non-zero on
+# a finding. Runs in the background beside the others, so its output goes to its own log first.
+fuzz_one() {
+  local name=$1 bin=$BUILD/fuzz/${1}_fuzzer corpus=$BUILD/corpus/$1
   if compgen -G "fuzz/regressions/$name/*" >/dev/null; then
-    echo "fuzz: $name: replaying fuzz/regressions/$name"
     if ! "$bin" -runs=0 fuzz/regressions/"$name"/* >"$BUILD/$name-regressions.log" 2>&1; then
       tail -40 "$BUILD/$name-regressions.log"
-      failed+=("$name (regression)")
-      continue
+      echo "fuzz: $name: a regression input fails (fuzz/regressions/$name)"
+      return 1
     fi
   fi
-  corpus=$BUILD/corpus/$name
   mkdir -p "$corpus"
   cp -n fuzz/corpus/"$name"/* "$corpus"/ 2>/dev/null || true
-  echo "fuzz: $name for ${SECONDS_EACH}s"
   if "$bin" -max_total_time="$SECONDS_EACH" -timeout="${timeout[$name]:-10}" -rss_limit_mb=2048 \
       -max_len="${max_len[$name]:-4096}" -seed="${FUZZ_SEED:-1}" -print_final_stats=1 \
       -artifact_prefix="$BUILD/findings/$name-" "$corpus" >"$BUILD/$name.log" 2>&1; then
@@ -52,9 +50,34 @@ for name in "${names[@]}"; do
     echo
   else
     tail -60 "$BUILD/$name.log"
-    failed+=("$name")
+    return 1
   fi
+}
+
+for name in "${names[@]}"; do
+  [[ -x $BUILD/fuzz/${name}_fuzzer ]] || { echo "fuzz: no target $name" >&2; exit 2; }
 done
+jobs_max=${FUZZ_JOBS:-$(nproc)}
+declare -A pid_of=()  # running target -> its pid
+failed=()
+# Waits for one running target to end, prints its output and records a finding.
+reap_one() {
+  local name
+  wait -n || true
+  for name in "${!pid_of[@]}"; do
+    kill -0 "${pid_of[$name]}" 2>/dev/null && continue
+    wait "${pid_of[$name]}" || failed+=("$name")
+    cat "$BUILD/$name.out"
+    unset "pid_of[$name]"
+  done
+}
+for name in "${names[@]}"; do
+  while ((${#pid_of[@]} >= jobs_max)); do reap_one; done
+  echo "fuzz: $name for ${SECONDS_EACH}s"
+  fuzz_one "$name" >"$BUILD/$name.out" 2>&1 &
+  pid_of[$name]=$!
+done
+while ((${#pid_of[@]})); do reap_one; done
 if ((${#failed[@]})); then
   echo "fuzz: FAILED: ${failed[*]} (inputs in $BUILD/findings/)" >&2
   exit 1
