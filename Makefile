@@ -38,7 +38,7 @@ test-asan-all:
 
 # libFuzzer (clang, ASan + UBSan) on every decoder that reads what others send: frames, the
 # handshake, the store protocol, job files, checkpoints, the console's HTTP API. FUZZ_SECONDS each
-# (60); scripts/fuzz.sh.
+# (60), FUZZ_JOBS at a time (one per CPU); scripts/fuzz.sh.
 fuzz: deps
 	scripts/fuzz.sh
 
