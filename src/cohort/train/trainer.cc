@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "cohort/compress/blas_threads.h"
 #include "cohort/train/trainer_impl.h"
 
 namespace cohort::train::detail {
@@ -478,6 +479,9 @@ namespace cohort::train {
 
 nlohmann::json train(TrainerContext& ctx) {
   torch::set_num_threads(static_cast<int>(ctx.config.threads_per_worker));
+  // OpenBLAS's pool too (libtorch's matrix products and PowerSGD's): a worker whose launcher did
+  // not size it through the environment would otherwise use every CPU of the host.
+  compress::set_blas_threads(static_cast<int>(ctx.config.threads_per_worker));
   if (ctx.recorder) ctx.recorder->set_activity(0, comm::Phase::Setup);
   detail::Trainer trainer(ctx);
   return trainer.run();
