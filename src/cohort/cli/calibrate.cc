@@ -21,6 +21,7 @@
 #include "cohort/base/file.h"
 #include "cohort/base/host.h"
 #include "cohort/cli/args.h"
+#include "cohort/compress/blas_threads.h"
 #include "cohort/elastic/process.h"
 #include "cohort/sim/calibrate.h"
 #include "cohort/train/config.h"
@@ -250,6 +251,9 @@ int calibrate_main(int argc, char** argv) {
     p.has_compute = true;
     p.ranks_per_host = std::max(1, p.cores / p.compute.threads);
   }
+  // Each codec's cost as a worker of the job pays it: PowerSGD's products on the worker's own
+  // OpenBLAS threads, not on a pool as wide as the machine.
+  compress::set_blas_threads(job ? static_cast<int>(job->threads_per_worker) : 1);
   p.codecs = sim::measure_codecs(job ? static_cast<int>(job->comm.topk_ratio * 1000) : 10,
                                  job ? static_cast<int>(job->comm.powersgd_rank) : 4,
                                  job ? p.compute.gradients : std::vector<sim::Gradient>{});
