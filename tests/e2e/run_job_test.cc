@@ -285,21 +285,26 @@ TEST(RunJob, CheckpointVerifyNamesTheCorruptFile) {
 
 TEST(RunJob, WorkersStartedElsewhereJoinTheCoordinator) {
   // What mpirun or srun would do: the launcher only coordinates; workers join with the token file.
+  // Their environment sizes OpenBLAS's pool otherwise than the job's threads_per_worker (1), as
+  // one without OPENBLAS_NUM_THREADS does on a machine of several CPUs: the workers follow the job.
   auto dir = fresh_dir("external");
   auto token = (dir / "token").string();
   int port = 20000 + ::getpid() % 20000;
   std::string join = " worker --join 127.0.0.1:" + std::to_string(port) + " --token-file " + token;
+  const std::string pool = "OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2 ";
   std::string cmd = "sh -c '" + cohort() + " run " + example("fashion-mlp.yaml") + " --run-dir " +
                     (dir / "run").string() + " --set workers=2 --set train.max_steps=40" +
                     " --external-workers --port " + std::to_string(port) + " --token-file " +
-                    token + " & while [ ! -s " + token + " ]; do sleep 0.1; done; " + cohort() +
-                    join + " & " + cohort() + join + "; wait'";
+                    token + " & while [ ! -s " + token + " ]; do sleep 0.1; done; " + pool +
+                    cohort() + join + " & " + pool + cohort() + join + "; wait'";
   auto r = sh(cmd);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto s = read_json(dir / "run" / "summary.json");
   EXPECT_EQ(s["status"], "completed") << s.dump(2);
   EXPECT_EQ(s["steps"], 40);
   EXPECT_EQ(s["per_rank"][0]["parameter_digest"], s["per_rank"][1]["parameter_digest"]);
+  EXPECT_EQ(s["per_rank"][0]["blas_threads"], 1) << s.dump(2);
+  EXPECT_EQ(s["per_rank"][1]["blas_threads"], 1) << s.dump(2);
   EXPECT_EQ(fs::status(token).permissions() & fs::perms::others_read, fs::perms::none);
   fs::remove_all(dir);
 }

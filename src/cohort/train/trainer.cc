@@ -459,6 +459,8 @@ json Trainer::summary(Epoch& e, const Evaluation& ev) {
          // The transport probe at start-up (trace/step_log.h; 0: none).
          {"probe_bytes", probe_ ? probe_->probe_bytes : 0},
          {"probe_busbw_gbps", probe_ ? probe_->probe_busbw_gbps : 0.0},
+         // The threads of this worker's matrix products (OpenBLAS's pool: threads_per_worker).
+         {"blas_threads", compress::blas_threads()},
          {"test_accuracy", ev.accuracy},
          {"test_loss", ev.loss},
          {"final_loss", last_loss_},
