@@ -268,6 +268,56 @@ TEST(WaitingThread, ALargeOperationDoesNotWaitBehindASmallOneNobodyWaitsFor) {
   });
 }
 
+TEST(WaitingThread, APromptOperationIsStartedWithoutAnyoneWaiting) {
+  // A hand-off delay no test waits out: only `prompt` can have the communication thread take
+  // this small allreduce in time.
+  World world(2, [](CommConfig& c) {
+    c.hand_off_delay = std::chrono::seconds(60);
+    c.hand_off_delay_max = std::chrono::seconds(60);
+  });
+  world.run([&](int r, Communicator& comm) {
+    std::vector<float> buf(16, static_cast<float>(r + 1));
+    auto w = comm.allreduce(Buffer{DType::F32, buf.data(), buf.size()}, {.prompt = true});
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!w->is_completed() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    ASSERT_TRUE(w->is_completed());
+    EXPECT_EQ(buf[0], 3.0f);
+  });
+}
+
+// Work::then's promise: a collective's callback ends before the next collective starts, so a
+// chain of collectives may compute each one's input from the one before without the caller
+// waiting (PowerSGD's Q from its averaged P). Both ways of running them: the communication
+// thread (prompt, nobody waits) and the thread that waits on the last one.
+TEST(WaitingThread, ACollectiveRunsOnWhatThePreviousOnesCallbackWrote) {
+  for (const bool prompt : {true, false}) {
+    World world(3, [](CommConfig& c) { c.hand_off_delay = std::chrono::seconds(60); });
+    world.run([&](int r, Communicator& comm) {
+      const size_t n = 4096;
+      for (int round = 0; round < 20; ++round) {
+        std::vector<float> first(n, static_cast<float>(r + 1)), second(n, -1.0f);
+        auto a = comm.allreduce(Buffer{DType::F32, first.data(), n}, {.prompt = prompt});
+        a->then([&](std::exception_ptr e) {
+          if (e) return;
+          // Several passes, each writing the whole buffer, so that a collective started early
+          // reads a half-written one.
+          for (int pass = 0; pass < 50; ++pass) {
+            for (size_t i = 0; i < n; ++i) second[i] = first[i] * static_cast<float>(pass + 1) / 50;
+          }
+        });
+        auto b = comm.allreduce(Buffer{DType::F32, second.data(), n}, {.prompt = prompt});
+        b->wait();
+        // first: 1 + 2 + 3 on every rank; second: that, from each of the three ranks.
+        for (size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(second[i], 18.0f) << "prompt " << prompt << " round " << round << " element " << i;
+        }
+      }
+    });
+  }
+}
+
 TEST(WaitingThread, ShortWaitTimesOutInsteadOfRunningUntilTheOperationsDeadline) {
   // Rank 1 never joins. A 100 ms wait on rank 0 must not run the 20 s collective itself.
   World world(2, [](CommConfig& c) { c.timeout = std::chrono::seconds(20); });

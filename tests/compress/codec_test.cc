@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <thread>
 
 #include "../comm/world.h"
 #include "cohort/compress/formats.h"
@@ -400,6 +401,36 @@ TEST(Codecs, AStateThatDoesNotFitIsRefusedByName) {
   auto plain = make_codec(without, 3000);
   EXPECT_EQ(message([&] { plain->load_state(state); }), "no error");
   EXPECT_EQ(message([&] { topk->load_state(plain->save_state()); }), "no error");
+}
+
+// PowerSGD's two allreduces, and the work between and after them, go on while the caller
+// computes: start() issues both, chained, and the communication thread runs them without waiting
+// for finish(). Small collectives normally wait for their caller (CommConfig's hand-off delay,
+// here longer than the test), so this also checks that the codec asks for them to start at once.
+TEST(Exchange, PowerSgdAveragesBothFactorsBeforeFinishIsCalled) {
+  comm::testing::World world(2, [](comm::CommConfig& c) {
+    c.hand_off_delay = std::chrono::seconds(60);
+    c.hand_off_delay_max = std::chrono::seconds(60);
+  });
+  std::vector<std::vector<float>> results(2);
+  world.run([&](int r, comm::Communicator& comm) {
+    CompressionOptions o = options(Method::PowerSgd);
+    o.min_bytes = 0;
+    auto codec = make_codec(o, 3000, {{0, 50, 60}}, r, 0);
+    auto g = gradient(r, 0, 3000);
+    const uint64_t before = comm.flight_recorder().newest();
+    codec->start(g.data(), comm, {});
+    EXPECT_EQ(comm.flight_recorder().newest(), before + 2) << "P's and Q's allreduces";
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (comm.flight_recorder().last_done() < before + 2 &&
+           std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(comm.flight_recorder().last_done(), before + 2);
+    codec->finish();
+    results[static_cast<size_t>(r)] = g;
+  });
+  EXPECT_EQ(results[0], results[1]);
 }
 
 class ExchangeTest : public ::testing::TestWithParam<std::tuple<Method, int>> {};

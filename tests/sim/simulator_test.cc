@@ -219,6 +219,23 @@ TEST(Simulate, ThePowerSgdFactorsAreWhatGoesOnTheWire) {
   EXPECT_NEAR(got.rank_bytes, 2 * 1024 * 4 * 4 / 2.0 * 2 / 2 * 2, 64);
 }
 
+TEST(Simulate, PowerSgdsSecondFactorAndDecodingOverlapBackward) {
+  // A 4 MB matrix ready 2 ms into a 50 ms backward, then a small vector at its end. PowerSGD's
+  // P = M Q (2 ms) runs on the training thread when the bucket is ready; its Q = M^T P (2 ms),
+  // Q's allreduce and its decoding (4 ms) are chained on the communication thread (Work::then),
+  // all within backward: the step is forward + backward + P = M Q, where with Q's part after
+  // backward it would be 6 ms longer.
+  Profile p = round_profile({Gradient{.name = "w", .bytes = 4 << 20, .rows = 1024, .cols = 1024,
+                                      .ready_s = 0.002},
+                             grad(4096, 0.050)},
+                            0.050);
+  p.codecs["powersgd"] = {.encode_bytes_per_s = 1e9, .decode_bytes_per_s = 1e9};
+  Choice c;
+  c.compression.method = compress::Method::PowerSgd;
+  const Prediction got = simulate(p, {.workers = 2}, c);
+  EXPECT_NEAR(got.step_s, 0.010 + 0.050 + 0.002, 0.0005);
+}
+
 TEST(ClosedForm, AgreesWithTheSimulationOnAnIdleNetwork) {
   const uint64_t S = 64 << 20;
   Profile p = round_profile({grad(S, 0.020)}, 0.020);

@@ -144,6 +144,7 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype, size_t 
     op.detail = shape->detail;
     op.message = shape->message;
     op.sends = shape->sends;
+    op.prompt = shape->prompt;
   }
   op.id = OpId{.kind = kind,
                .seq = 0,
@@ -153,7 +154,8 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype, size_t 
   op.peer = peer;
   op.timeout = timeout.count() > 0 ? timeout : config_.timeout;
   op.body = std::move(body);
-  const bool deferred = bytes <= config_.hand_off_bytes && config_.hand_off_delay.count() > 0;
+  const bool deferred =
+      !op.prompt && bytes <= config_.hand_off_bytes && config_.hand_off_delay.count() > 0;
   // A large operation does not spin on TCP, where the kernel moves its bytes and a spinning
   // thread would only take a CPU from the caller's computation; on shared memory its peer moves
   // them, and a wait that sleeps costs a doorbell and a wake-up per ring's worth of data.
@@ -234,6 +236,7 @@ std::shared_ptr<Work> TcpCommunicator::allreduce(Buffer buf, const AllreduceOpti
   shape.count = buf.count;
   shape.algorithm = algo;
   shape.detail = static_cast<int>(op);
+  shape.prompt = opts.prompt;
   return enqueue(
       OpKind::Allreduce, buf.dtype, buf.bytes(), opts.timeout,
       [buf, algo, op](OpContext& ctx) { allreduce_with(ctx, buf, op, algo); }, 0, -1, "", &shape);

@@ -73,6 +73,7 @@ class TcpCommunicator final : public Communicator {
     std::function<void(OpContext&)> body;  // a collective's
     Message message{};                     // a send's or a recv's
     bool sends = false;
+    bool prompt = false;  // AllreduceOptions::prompt
   };
 
   // `shape` carries count, algorithm and detail into the queued Op; `bytes` is the size of the

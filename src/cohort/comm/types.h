@@ -62,6 +62,10 @@ struct AllreduceOptions {
   ReduceOp op = ReduceOp::Sum;
   Algorithm algorithm = Algorithm::Auto;
   std::chrono::milliseconds timeout{0};
+  // The caller will not wait on it soon: the communication thread starts it as soon as what was
+  // queued before it is done, however small (no hand-off delay, CommConfig::hand_off_bytes). For
+  // a chain of operations that the caller overlaps with its own work (PowerSGD's factors).
+  bool prompt = false;
 };
 struct ReduceScatterOptions {
   ReduceOp op = ReduceOp::Sum;

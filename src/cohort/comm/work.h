@@ -45,7 +45,10 @@ class Work {
   // Runs `done` once when the operation completes, with its error (null on success): on the
   // thread that completes it, before wait() returns anywhere, or at once on this thread if it
   // has completed already. One callback per operation (ProtocolError on a second); it must not
-  // throw, and must not wait on this operation.
+  // throw, and must not wait on this operation. A communicator runs its collectives one at a time
+  // in the order they were issued, and a collective's callback ends before the next one starts:
+  // issue A, A.then(f), issue B, and B runs on what f wrote (a chain of collectives whose inputs
+  // come from the results before them, computed without the caller waiting).
   void then(std::function<void(std::exception_ptr)> done);
 
   // Called by the communication thread.

@@ -7,7 +7,7 @@
 //   bf16      bfloat16                                       allreduce_encoded (f32 sums)
 //   int8      int8 + an f32 scale per chunk                  allreduce_encoded (f32 sums)
 //   topk      the ratio * n largest |values| with indices    allgatherv (sparse), summed densely
-//   powersgd  rank-r factors P and Q of each matrix          allreduce of P, then of Q
+//   powersgd  rank-r factors P and Q of each matrix          allreduce of P, then of Q (chained)
 //
 // Error feedback (on by default for every lossy method): each step compresses gradient +
 // residual, and the residual becomes what that compression dropped. Over many steps the sum of
@@ -86,7 +86,9 @@ class Codec {
 
   // Starts averaging grad (count() f32 values) over comm's ranks. grad must stay valid, and must
   // not be touched, until finish() returns; it then holds the average as every rank decodes it
-  // (the same bits on every rank). Calls alternate: start, finish, start, ...
+  // (the same bits on every rank). Calls alternate: start, finish, start, ... Every collective of
+  // the exchange is issued by start(), so that codecs of several buckets keep the same order of
+  // collectives on every rank whenever their exchanges end; finish() only waits.
   virtual void start(float* grad, comm::Communicator& comm, const ExchangeOptions& opts) = 0;
   virtual void finish() = 0;
 

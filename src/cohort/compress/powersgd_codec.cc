@@ -67,6 +67,15 @@ class PowerSgdCodec final : public Codec {
     if (error_feedback) residual_.assign(count, 0.0f);
   }
 
+  // The callbacks of an exchange write into this codec: one still in flight ends first (within
+  // its collectives' deadlines; its error has no one left to go to).
+  ~PowerSgdCodec() override {
+    try {
+      finish();
+    } catch (const std::exception&) {
+    }
+  }
+
   Method method() const override { return Method::PowerSgd; }
 
  protected:
@@ -93,9 +102,13 @@ class PowerSgdCodec final : public Codec {
     for (const auto& [off, len] : dense_) std::copy(x + off, x + off + len, out + off);
   }
 
+  // Both factors' allreduces are issued here, P's then Q's, each with a callback that runs on the
+  // thread that completes it before the next collective starts (Work::then): P's orthonormalises
+  // P and computes Q = M^T P for Q's allreduce, Q's decodes. So the whole exchange goes on while
+  // the caller computes (the rest of backward), in the same order on every rank, and finish()
+  // only waits, as PyTorch's hook chains its futures.
   void start(float* grad, comm::Communicator& comm, const ExchangeOptions& opts) override {
     grad_ = grad;
-    comm_ = &comm;
     opts_ = opts;
     if (warming_up(warmup_)) {
       plain_ = true;
@@ -112,17 +125,46 @@ class PowerSgdCodec final : public Codec {
       std::copy(grad + off, grad + off + len, p_.begin() + static_cast<std::ptrdiff_t>(at));
       at += len;
     }
-    work_ = comm.allreduce(Buffer{DType::F32, p_.data(), p_.size()}, avg());
+    p_work_ = comm.allreduce(Buffer{DType::F32, p_.data(), p_.size()}, avg());
+    if (q_.empty()) {
+      work_ = p_work_;
+    } else {
+      p_work_->then([this](std::exception_ptr e) {
+        if (!e) second_factor();
+      });
+      work_ = comm.allreduce(Buffer{DType::F32, q_.data(), q_.size()}, avg());
+    }
+    work_->then([this](std::exception_ptr e) {
+      if (!e) decode();
+    });
   }
 
   void finish() override {
+    auto p = std::move(p_work_);
     auto w = std::move(work_);
-    if (!w) return;
-    w->wait();
-    if (plain_) return;
+    if (p) p->wait();  // its error first, if it is the one that failed
+    if (w) w->wait();
+  }
+
+ private:
+  size_t r_of(const Matrix& m) const { return std::min({rank_, m.rows, m.cols}); }
+  // Neither allreduce waits for the caller to come and run it: the caller computes meanwhile.
+  comm::AllreduceOptions avg() const {
+    return {.op = comm::ReduceOp::Avg,
+            .algorithm = opts_.algorithm,
+            .timeout = opts_.timeout,
+            .prompt = true};
+  }
+
+  // P has been averaged: Q = M^T P from P's orthonormal basis, for Q's allreduce.
+  void second_factor() {
     for (const auto& m : matrices_) orthonormalise(p_.data() + m.p_offset, m.rows, r_of(m));
     back_project(grad_, p_.data(), q_.data());
-    if (!q_.empty()) comm_->allreduce(Buffer{DType::F32, q_.data(), q_.size()}, avg())->wait();
+  }
+
+  // Both factors have been averaged: the gradient becomes P Q^T (the dense tensors their
+  // average), the residual what that dropped.
+  void decode() {
     if (!residual_.empty()) std::copy(grad_, grad_ + count_, residual_.begin());
     reconstruct(p_.data(), q_.data(), grad_);
     size_t at = dense_offset_;
@@ -137,12 +179,6 @@ class PowerSgdCodec final : public Codec {
       }
       for (const auto& [off, len] : dense_) std::fill_n(residual_.begin() + off, len, 0.0f);
     }
-  }
-
- private:
-  size_t r_of(const Matrix& m) const { return std::min({rank_, m.rows, m.cols}); }
-  comm::AllreduceOptions avg() const {
-    return {.op = comm::ReduceOp::Avg, .algorithm = opts_.algorithm, .timeout = opts_.timeout};
   }
 
   // P = M Q for every matrix.
@@ -199,9 +235,8 @@ class PowerSgdCodec final : public Codec {
   std::vector<float> p_, q_;
   bool plain_ = false;
   float* grad_ = nullptr;
-  comm::Communicator* comm_ = nullptr;
   ExchangeOptions opts_;
-  std::shared_ptr<comm::Work> work_;
+  std::shared_ptr<comm::Work> p_work_, work_;
 };
 
 }  // namespace

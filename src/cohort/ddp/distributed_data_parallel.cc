@@ -284,10 +284,7 @@ void DistributedDataParallel::wait(Bucket& b) {
   if (!b.launched) return;
   b.launched = false;
   if (b.codec) {
-    // A codec may issue more collectives as it finishes (PowerSGD's second factor).
-    const uint64_t before = comm_.flight_recorder().newest();
-    b.codec->finish();
-    label_collectives_since(before, static_cast<size_t>(&b - buckets_.data()));
+    b.codec->finish();  // its collectives were all issued, and labelled, by start()
   } else if (auto w = std::move(b.work)) {
     w->wait();
   }

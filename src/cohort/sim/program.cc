@@ -85,6 +85,11 @@ class Builder {
     if ((kind == Action::Kind::Compute || kind == Action::Kind::Codec) && seconds <= 0) return;
     program_.actions.push_back(Action{.kind = kind, .seconds = seconds, .op = op});
   }
+  // The codec's work on the communication thread around collective `op`.
+  void around(int op, double before_s, double after_s) {
+    program_.ops[static_cast<size_t>(op)].before_s = before_s;
+    program_.ops[static_cast<size_t>(op)].after_s = after_s;
+  }
   StepProgram take() { return std::move(program_); }
 
  private:
@@ -97,12 +102,12 @@ class Builder {
 };
 
 // What a bucket's codec does where (codec.h): on the training thread when the bucket is ready
-// (top-k's selection, PowerSGD's P = M Q), collectives, and after backward (PowerSGD's Q = M^T P
-// and its second allreduce, each codec's decoding).
+// (top-k's selection, PowerSGD's P = M Q), its collectives (PowerSGD's two, chained, with the
+// work between and after them on the communication thread: Collective::before_s, after_s), and
+// on the training thread once they are done (top-k's decoding).
 struct BucketExchange {
   double at_ready_s = 0;
   int first = -1;
-  double after_s = 0;   // before the second collective
   int second = -1;
   double decode_s = 0;
 };
@@ -161,13 +166,15 @@ BucketExchange bucket_exchange(Builder& b, const Profile& p, const Choice& c,
         }
       }
       const double half = 2.0 * static_cast<double>(matrix_elems) / cost.encode_bytes_per_s;
+      const double decode = 4.0 * static_cast<double>(matrix_elems) / cost.decode_bytes_per_s;
       x.at_ready_s = half;
       x.first = b.op({.kind = CollectiveSpec::Kind::Allreduce, .algorithm = c.algorithm, .count = ps}, "");
       if (qs > 0) {
-        x.after_s = half;
         x.second = b.op({.kind = CollectiveSpec::Kind::Allreduce, .algorithm = c.algorithm, .count = qs}, "");
+        b.around(x.second, half, decode);
+      } else {
+        b.around(x.first, 0, decode);
       }
-      x.decode_s = 4.0 * static_cast<double>(matrix_elems) / cost.decode_bytes_per_s;
       return x;
     }
     case compress::Method::None:
@@ -241,16 +248,13 @@ StepProgram make_program(const Profile& profile, const Choice& choice,
     BucketExchange x = bucket_exchange(b, profile, choice, grads, world);
     b.act(K::Codec, x.at_ready_s);
     b.act(K::Launch, 0, x.first);
+    if (x.second >= 0) b.act(K::Launch, 0, x.second);
     exchanges.push_back(x);
   }
   b.act(K::Compute, c.backward_s - done);
   for (const BucketExchange& x : exchanges) {
     b.act(K::Wait, 0, x.first);
-    if (x.second >= 0) {
-      b.act(K::Codec, x.after_s);
-      b.act(K::Launch, 0, x.second);
-      b.act(K::Wait, 0, x.second);
-    }
+    if (x.second >= 0) b.act(K::Wait, 0, x.second);
     b.act(K::Codec, x.decode_s);
   }
   b.act(K::Compute, c.optimizer_s);

@@ -27,6 +27,11 @@ struct Collective {
   std::string codec;        // whose work costs the plan's encodes and decodes ("" for none)
   comm::Algorithm algorithm = comm::Algorithm::Auto;  // what it resolved to (allreduces)
   std::shared_ptr<const std::vector<RankPlan>> plans;
+  // A codec's work on the communication thread (one core), in a callback of the collective before
+  // (Work::then): before this one's exchanges start, and after they end (PowerSGD's Q = M^T P
+  // before Q's allreduce, its decoding after it).
+  double before_s = 0;
+  double after_s = 0;
 };
 
 struct StepProgram {

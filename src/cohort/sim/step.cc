@@ -144,7 +144,9 @@ class Engine {
     std::deque<int> queue;
     int op = -1;
     size_t ex = 0;
-    int stage = 0;  // 0: before the exchange's streams, 1: streams, 2: the plan's last work
+    // -1: the codec's work before the collective (Collective::before_s), 0: before the exchange's
+    // streams, 1: streams, 2: the plan's last work, 3: the codec's work after the collective.
+    int stage = 0;
     bool busy = false;  // running local work
     bool in_progress = false, again = false;
     uint64_t send_total = 0, recv_total = 0, sent = 0, arrived = 0, applied = 0;
@@ -233,11 +235,11 @@ class Engine {
         return;
       case Tag::CommWork:
         s.busy = false;
-        if (s.stage == 0) {
+        if (s.stage == -1) {
+          s.stage = 0;
+        } else if (s.stage == 0) {
           open_streams(r);
-        } else {
-          finish_op(r);
-        }
+        }  // after the last work, step_comm ends the collective
         progress(r);
         return;
       case Tag::Apply:
@@ -307,13 +309,27 @@ class Engine {
         s.queue.pop_front();
         s.ex = 0;
         s.stage = 0;
+        const double before = prog_.ops[static_cast<size_t>(s.op)].before_s;
+        if (before > 0) {
+          s.stage = -1;
+          s.busy = true;
+          work(r, before, 1, Tag::CommWork);
+          return;
+        }
       }
       const RankPlan& p = plan(s, r);
       if (s.ex == p.exchanges.size()) {
-        if (s.stage != 2 && p.work_after_s > 0) {
+        if (s.stage < 2 && p.work_after_s > 0) {
           s.stage = 2;
           s.busy = true;
           work(r, p.work_after_s, 1, Tag::CommWork);
+          return;
+        }
+        const double after = prog_.ops[static_cast<size_t>(s.op)].after_s;
+        if (s.stage < 3 && after > 0) {
+          s.stage = 3;
+          s.busy = true;
+          work(r, after, 1, Tag::CommWork);
           return;
         }
         finish_op(r);
