@@ -36,7 +36,7 @@ class Simulate : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new fs::path(cohort::e2e::fresh_dir("simulate", "suite"));
-    const auto r = sh(kCohort + " calibrate " + job_file(*dir_).string() + " --steps 20 --out " +
+    const auto r = sh(kCohort + " calibrate " + job_file(*dir_).string() + " --steps 20 --rounds 2 --out " +
                           (*dir_ / "profile.json").string(),
                       300);
     calibrate_code_ = r.exit_code;
@@ -179,6 +179,12 @@ TEST_F(Simulate, BadInputIsRefusedByName) {
                        profile() + " --workers 2");
   EXPECT_EQ(typo.exit_code, 2);
   EXPECT_NE(typo.output.find("comm.bucketmb"), std::string::npos) << typo.output;
+  // Calibration's own options, checked before anything is measured.
+  const auto rounds = sh(kCohort + " calibrate " + job() + " --rounds 0 --out " +
+                         (dir() / "never.json").string());
+  EXPECT_EQ(rounds.exit_code, 2);
+  EXPECT_NE(rounds.output.find("--rounds"), std::string::npos) << rounds.output;
+  EXPECT_FALSE(fs::exists(dir() / "never.json"));
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
-// `cohort calibrate [JOB.yaml] [--out profile.json] [--steps N] [--set key=value]...`: measures
+// `cohort calibrate [JOB.yaml] [--out profile.json] [--steps N] [--rounds R] [--set k=v]...`: measures
 // what the simulator needs (sim/profile.h) on this machine - its transports, its reduction and
 // codec kernels, its cores - and, given a job, the job's compute from a short run of one worker
 // with a timeline (forward, backward with each gradient's time, the optimizer, data loading).
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -38,11 +39,13 @@ namespace {
 constexpr double kTinyBucketMb = 1e-6;
 
 int usage(std::ostream& os, int code) {
-  os << "usage: cohort calibrate [JOB.yaml] [--out profile.json] [--steps N] [--set key=value]...\n\n"
+  os << "usage: cohort calibrate [JOB.yaml] [--out profile.json] [--steps N] [--rounds R]\n"
+        "                        [--set key=value]...\n\n"
         "Measures this machine's transports (latency and bandwidth over TCP and shared memory), its\n"
         "reduction and codec kernels and its cores, and with a job file the job's compute from a\n"
         "short run of one worker (forward, backward and when each gradient is ready, optimizer,\n"
-        "data loading): the profile `cohort simulate` predicts with. Run it on a quiet machine.\n"
+        "data loading), and how it slows with every core busy, each the median of R rounds (3):\n"
+        "the profile `cohort simulate` predicts with. Run it on a quiet machine.\n"
         "The profile is JSON (docs/simulate.md); --out defaults to profile.json.\n";
   return code;
 }
@@ -177,31 +180,53 @@ std::vector<json> traced_runs(const std::string& job_path, const train::JobConfi
 }
 
 // One worker's compute from a run alone, and how it slows when the host's cores are all busy.
+// `rounds` times: a lone run, then as many lone workers at once as the cores hold, then twice as
+// many; each round's slowdowns are against its own lone run, just before them, so that this
+// machine's speed moving between runs (a virtual machine's does, by 15% within minutes) is not
+// taken for a slowdown, and each figure is the median over the rounds.
 sim::Compute measure_compute(const std::string& job_path, const train::JobConfig& job,
-                             const std::vector<std::string>& sets, int64_t steps, int cores) {
+                             const std::vector<std::string>& sets, int64_t steps, int cores, int rounds) {
   const int64_t skip = std::min<int64_t>(5, steps / 4);
-  const json alone = traced_runs(job_path, job, sets, steps, 1).front();
-  sim::Compute c = sim::compute_from_trace(alone, gradients_of(job), kTinyBucketMb, skip);
-  c.threads = static_cast<int>(job.threads_per_worker);
-  c.batch_per_worker = job.train.batch_size;
+  auto compute = [&](const json& t) {
+    return sim::phase_median_s(t, "forward", skip) + sim::phase_median_s(t, "backward", skip);
+  };
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const int threads = static_cast<int>(job.threads_per_worker);
   // As many lone workers at once as the cores hold: what sharing memory and caches costs compute,
   // without any communication in the way.
-  const int full = cores / c.threads;
-  if (full >= 2) {
-    auto compute = [&](const json& t) {
-      return sim::phase_median_s(t, "forward", skip) + sim::phase_median_s(t, "backward", skip);
-    };
-    auto median_ratio = [&](int copies, double fair) {
+  const int full = cores / threads;
+  std::vector<json> alone;
+  std::vector<double> shared, oversubscribed;
+  for (int round = 0; round < rounds; ++round) {
+    alone.push_back(traced_runs(job_path, job, sets, steps, 1).front());
+    if (full < 2) continue;
+    const double lone = compute(alone.back());
+    // The median of the workers that ran together, over their fair share of a core.
+    auto together = [&](int copies, double fair) {
       std::vector<double> ratios;
       for (const json& t : traced_runs(job_path, job, sets, steps, copies)) {
-        ratios.push_back(compute(t) / compute(alone) / fair);
+        ratios.push_back(compute(t) / lone / fair);
       }
-      std::sort(ratios.begin(), ratios.end());
-      return std::max(1.0, ratios[ratios.size() / 2]);
+      return median(ratios);
     };
-    c.shared_slowdown = median_ratio(full, 1);
+    shared.push_back(together(full, 1));
     // Twice as many: each has half a core, so twice as long is the fair share.
-    c.oversubscribed_slowdown = std::max(1.0, median_ratio(2 * full, 2) / c.shared_slowdown);
+    oversubscribed.push_back(together(2 * full, 2));
+  }
+  // The profile's compute: the lone run of the median speed.
+  std::vector<std::pair<double, size_t>> by_speed;
+  for (size_t k = 0; k < alone.size(); ++k) by_speed.emplace_back(compute(alone[k]), k);
+  std::sort(by_speed.begin(), by_speed.end());
+  sim::Compute c = sim::compute_from_trace(alone[by_speed[by_speed.size() / 2].second], gradients_of(job),
+                                           kTinyBucketMb, skip);
+  c.threads = threads;
+  c.batch_per_worker = job.train.batch_size;
+  if (full >= 2) {
+    c.shared_slowdown = std::max(1.0, median(shared));
+    c.oversubscribed_slowdown = std::max(1.0, median(oversubscribed) / c.shared_slowdown);
   }
   return c;
 }
@@ -209,12 +234,14 @@ sim::Compute measure_compute(const std::string& job_path, const train::JobConfig
 }  // namespace
 
 int calibrate_main(int argc, char** argv) {
-  Args args(argc, argv, {"out", "steps", "set"}, {"help"});
+  Args args(argc, argv, {"out", "steps", "rounds", "set"}, {"help"});
   if (args.has("help")) return usage(std::cout, 0);
   if (args.positionals().size() > 1) return usage(std::cerr, 2);
   const std::string out = args.get_or("out", "profile.json");
   const long steps = args.get_int("steps", 40);
   if (steps < 12 || steps > 100000) throw ConfigError("--steps: expected at least 12 steps");
+  const long rounds = args.get_int("rounds", 3);
+  if (rounds < 1 || rounds > 100) throw ConfigError("--rounds: expected 1 to 100 rounds");
   std::optional<train::JobConfig> job;
   if (!args.positionals().empty()) {
     job = train::load_job_config(args.positionals()[0], {.overrides = args.all("set")});
@@ -247,7 +274,8 @@ int calibrate_main(int argc, char** argv) {
   // Between hosts this machine has only loopback: the network is TCP's figures.
   p.network = p.tcp;
   if (job) {
-    p.compute = measure_compute(args.positionals()[0], *job, args.all("set"), steps, p.cores);
+    p.compute = measure_compute(args.positionals()[0], *job, args.all("set"), steps, p.cores,
+                                static_cast<int>(rounds));
     p.has_compute = true;
     p.ranks_per_host = std::max(1, p.cores / p.compute.threads);
   }
@@ -264,6 +292,11 @@ int calibrate_main(int argc, char** argv) {
                 host_name().c_str(), p.cores, now_text().c_str(), load, tcp_spread * 100,
                 shm_spread >= 0 ? (", " + std::to_string(static_cast<int>(shm_spread * 100)) + "% (shm)").c_str() : "");
   p.sources.push_back(src);
+  if (job) {
+    p.sources.push_back("compute: the lone run of median speed of " + std::to_string(rounds) +
+                        " rounds; shared_slowdown and oversubscribed_slowdown: the median over the "
+                        "rounds, each against its round's lone run");
+  }
   p.sources.push_back(
       "network: this machine's loopback TCP (no other host to measure); cohort simulate --link and "
       "--link-latency give another");
