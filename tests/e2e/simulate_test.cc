@@ -94,6 +94,12 @@ TEST_F(Simulate, CalibrationWritesACompleteProfileOfThisMachineAndTheJob) {
   }
   EXPECT_GT(last, 0);
   EXPECT_NE(p["sources"][0].get<std::string>().find("cohort calibrate"), std::string::npos);
+  // What each of the rounds measured, beside the medians the profile keeps.
+  bool rounds = false;
+  for (const auto& s : p["sources"]) {
+    rounds = rounds || s.get<std::string>().find("compute in 2 rounds") != std::string::npos;
+  }
+  EXPECT_TRUE(rounds) << p["sources"].dump();
 }
 
 TEST_F(Simulate, PredictsEveryWorldAndNamesTheFastestConfiguration) {

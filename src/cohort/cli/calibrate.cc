@@ -184,8 +184,10 @@ std::vector<json> traced_runs(const std::string& job_path, const train::JobConfi
 // many; each round's slowdowns are against its own lone run, just before them, so that this
 // machine's speed moving between runs (a virtual machine's does, by 15% within minutes) is not
 // taken for a slowdown, and each figure is the median over the rounds.
+// `rounds_text` says what each round measured, for the profile's sources.
 sim::Compute measure_compute(const std::string& job_path, const train::JobConfig& job,
-                             const std::vector<std::string>& sets, int64_t steps, int cores, int rounds) {
+                             const std::vector<std::string>& sets, int64_t steps, int cores, int rounds,
+                             std::string* rounds_text) {
   const int64_t skip = std::min<int64_t>(5, steps / 4);
   auto compute = [&](const json& t) {
     return sim::phase_median_s(t, "forward", skip) + sim::phase_median_s(t, "backward", skip);
@@ -227,6 +229,24 @@ sim::Compute measure_compute(const std::string& job_path, const train::JobConfig
   if (full >= 2) {
     c.shared_slowdown = std::max(1.0, median(shared));
     c.oversubscribed_slowdown = std::max(1.0, median(oversubscribed) / c.shared_slowdown);
+  }
+  auto list = [](const std::vector<double>& v, double scale, const char* unit) {
+    std::string out;
+    for (double x : v) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%s%.3g%s", out.empty() ? "" : ", ", x * scale, unit);
+      out += b;
+    }
+    return out;
+  };
+  std::vector<double> lone;
+  for (const json& t : alone) lone.push_back(compute(t));
+  *rounds_text = "compute in " + std::to_string(rounds) + " rounds: a lone worker's forward and backward " +
+                 list(lone, 1e3, " ms") + " (the profile has the median run's)";
+  if (full >= 2) {
+    *rounds_text += "; with every core busy " + list(shared, 1, "x") + ", twice as many workers " +
+                    list(oversubscribed, 1, "x") +
+                    " (over the fair share; each against its round's lone run, the profile has the medians)";
   }
   return c;
 }
@@ -273,9 +293,10 @@ int calibrate_main(int argc, char** argv) {
   std::cerr << ")\n";
   // Between hosts this machine has only loopback: the network is TCP's figures.
   p.network = p.tcp;
+  std::string rounds_text;
   if (job) {
     p.compute = measure_compute(args.positionals()[0], *job, args.all("set"), steps, p.cores,
-                                static_cast<int>(rounds));
+                                static_cast<int>(rounds), &rounds_text);
     p.has_compute = true;
     p.ranks_per_host = std::max(1, p.cores / p.compute.threads);
   }
@@ -292,11 +313,7 @@ int calibrate_main(int argc, char** argv) {
                 host_name().c_str(), p.cores, now_text().c_str(), load, tcp_spread * 100,
                 shm_spread >= 0 ? (", " + std::to_string(static_cast<int>(shm_spread * 100)) + "% (shm)").c_str() : "");
   p.sources.push_back(src);
-  if (job) {
-    p.sources.push_back("compute: the lone run of median speed of " + std::to_string(rounds) +
-                        " rounds; shared_slowdown and oversubscribed_slowdown: the median over the "
-                        "rounds, each against its round's lone run");
-  }
+  if (job) p.sources.push_back(rounds_text);
   p.sources.push_back(
       "network: this machine's loopback TCP (no other host to measure); cohort simulate --link and "
       "--link-latency give another");
@@ -319,7 +336,7 @@ int calibrate_main(int argc, char** argv) {
                   c.threads, c.threads == 1 ? "" : "s", static_cast<long long>(c.batch_per_worker), c.data_s * 1e3,
                   c.forward_s * 1e3, c.backward_s * 1e3, c.gradients.size(), c.gradient_bytes() / 1e6,
                   c.optimizer_s * 1e3, c.shared_slowdown, c.oversubscribed_slowdown);
-    std::cout << line;
+    std::cout << line << rounds_text << "\n";
   }
   std::cout << "profile: " << out << "\n";
   return 0;
