@@ -201,16 +201,16 @@ sim::Compute measure_compute(const std::string& job_path, const train::JobConfig
   // without any communication in the way.
   const int full = cores / threads;
   std::vector<json> alone;
-  std::vector<double> shared, oversubscribed;
+  std::vector<double> lone, shared, oversubscribed;  // per round
   for (int round = 0; round < rounds; ++round) {
     alone.push_back(traced_runs(job_path, job, sets, steps, 1).front());
+    lone.push_back(compute(alone.back()));
     if (full < 2) continue;
-    const double lone = compute(alone.back());
     // The median of the workers that ran together, over their fair share of a core.
     auto together = [&](int copies, double fair) {
       std::vector<double> ratios;
       for (const json& t : traced_runs(job_path, job, sets, steps, copies)) {
-        ratios.push_back(compute(t) / lone / fair);
+        ratios.push_back(compute(t) / lone.back() / fair);
       }
       return median(ratios);
     };
@@ -220,7 +220,7 @@ sim::Compute measure_compute(const std::string& job_path, const train::JobConfig
   }
   // The profile's compute: the lone run of the median speed.
   std::vector<std::pair<double, size_t>> by_speed;
-  for (size_t k = 0; k < alone.size(); ++k) by_speed.emplace_back(compute(alone[k]), k);
+  for (size_t k = 0; k < lone.size(); ++k) by_speed.emplace_back(lone[k], k);
   std::sort(by_speed.begin(), by_speed.end());
   sim::Compute c = sim::compute_from_trace(alone[by_speed[by_speed.size() / 2].second], gradients_of(job),
                                            kTinyBucketMb, skip);
@@ -239,8 +239,6 @@ sim::Compute measure_compute(const std::string& job_path, const train::JobConfig
     }
     return out;
   };
-  std::vector<double> lone;
-  for (const json& t : alone) lone.push_back(compute(t));
   *rounds_text = "compute in " + std::to_string(rounds) + " rounds: a lone worker's forward and backward " +
                  list(lone, 1e3, " ms") + " (the profile has the median run's)";
   if (full >= 2) {
