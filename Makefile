@@ -5,7 +5,7 @@ BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: deps configure build run test install test-asan test-asan-all test-tsan fuzz bench-training bench-compare bench-shm bench-scale bench-python bench-python-elastic bench-compression bench-sync bench-recovery bench-coordinator-loss bench-rendezvous bench-simulate soak accuracy-compression bench-trace format lint clean
+.PHONY: deps configure build run test install test-asan test-asan-all test-tsan test-tsan-core fuzz bench-training bench-compare bench-shm bench-scale bench-python bench-python-elastic bench-compression bench-sync bench-recovery bench-coordinator-loss bench-rendezvous bench-simulate soak accuracy-compression bench-trace format lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -26,9 +26,21 @@ test: build
 test-asan:
 	$(MAKE) test PRESET=asan
 
+TSAN_OPTIONS_ALL := suppressions=$(CURDIR)/tests/tsan.supp halt_on_error=1 second_deadlock_stack=1
+
 test-tsan:
-	TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp halt_on_error=1 second_deadlock_stack=1" \
-	  $(MAKE) test PRESET=tsan
+	TSAN_OPTIONS="$(TSAN_OPTIONS_ALL)" $(MAKE) test PRESET=tsan
+
+# ThreadSanitizer on the communication core and the layers whose threads work with it: base, net,
+# store, comm, elastic, ps (CI runs it). Only their test programs are built.
+TSAN_CORE_LAYERS := base net store comm elastic ps
+empty :=
+space := $(empty) $(empty)
+test-tsan-core:
+	$(MAKE) configure PRESET=tsan
+	cmake --build build/tsan -j $(JOBS) --target $(TSAN_CORE_LAYERS:%=cohort_%_tests)
+	TSAN_OPTIONS="$(TSAN_OPTIONS_ALL)" ctest --test-dir build/tsan --output-on-failure \
+	  -j $(JOBS) -L '^($(subst $(space),|,$(TSAN_CORE_LAYERS)))$$' $(CTEST_ARGS)
 
 # Every suite, DDP, training and end to end included, under ASan + UBSan (libtorch itself is not
 # instrumented: container-overflow checks across it would be false alarms, and its own
