@@ -6,6 +6,7 @@
 
 #include "cohort/base/error.h"
 #include "cohort/sim/calibrate.h"
+#include "cohort/sim/closed_form.h"
 #include "cohort/sim/step.h"
 #include "cohort/sim/sweep.h"
 
@@ -91,6 +92,50 @@ TEST(Calibrate, TheFittedBandwidthReproducesTheMeasuredTime) {
   const double fitted = fit_bandwidth(p, comm::Transport::Tcp, comm::Algorithm::Ring, 16 << 20, t);
   EXPECT_NEAR(fitted, 2e9, 2e9 * 1e-4);
   EXPECT_THROW(fit_bandwidth(p, comm::Transport::Tcp, comm::Algorithm::Ring, 1000, t), Error);
+}
+
+// Four ranks on two cores, an 8-byte bucket by recursive doubling: two exchanges, one message
+// each way in each.
+Profile crowded_host(double oversubscribed_latency_s) {
+  Profile p = two_ranks();
+  p.cores = 2;
+  p.tcp.oversubscribed_latency_s = oversubscribed_latency_s;
+  p.compute.backward_s = 1e-9;
+  p.compute.gradients = grads({8});
+  return p;
+}
+
+double rd_time(const Profile& p, int ranks) {
+  return simulate(p, {.workers = ranks, .ranks_per_host = ranks},
+                  {.algorithm = comm::Algorithm::RecursiveDoubling, .bucket_mb = 1e6})
+      .exposed_comm_s;
+}
+
+TEST(Calibrate, AMessageWaitsForAReceiverWithoutACore) {
+  const Profile alone = crowded_host(0), crowded = crowded_host(50e-6);
+  // Two ranks on two cores: each has a core, nothing changes.
+  EXPECT_DOUBLE_EQ(rd_time(crowded, 2), rd_time(alone, 2));
+  // Four on two: each of the two exchanges' messages takes the measured 50 us instead of 20.
+  EXPECT_NEAR(rd_time(crowded, 4) - rd_time(alone, 4), 2 * 30e-6, 1e-9);
+  // Eight on two: three threads per core beyond one, three times the wait, in three exchanges.
+  EXPECT_NEAR(rd_time(crowded, 8) - rd_time(alone, 8), 3 * 3 * 30e-6, 1e-9);
+  EXPECT_DOUBLE_EQ(receiver_wait_s(crowded.tcp, 1.0), 0);
+  EXPECT_NEAR(receiver_wait_s(crowded.tcp, 1.5), 15e-6, 1e-15);
+  EXPECT_DOUBLE_EQ(receiver_wait_s(alone.tcp, 4.0), 0);  // not measured: no wait
+  // The closed form charges it too.
+  const Choice rd{.algorithm = comm::Algorithm::RecursiveDoubling, .bucket_mb = 1e6};
+  EXPECT_NEAR(closed_form_step_s(crowded, {.workers = 4, .ranks_per_host = 4}, rd) -
+                  closed_form_step_s(alone, {.workers = 4, .ranks_per_host = 4}, rd),
+              2 * 30e-6, 1e-9);
+}
+
+TEST(Calibrate, TheFittedOversubscribedLatencyReproducesTheMeasuredTime) {
+  const double t = rd_time(crowded_host(50e-6), 4);
+  Profile p = crowded_host(0);  // forgotten: the fit finds it
+  EXPECT_NEAR(fit_oversubscribed_latency(p, comm::Transport::Tcp, 4, t), 50e-6, 1e-10);
+  // Faster than with a core each: no wait at all.
+  EXPECT_DOUBLE_EQ(fit_oversubscribed_latency(p, comm::Transport::Tcp, 4, rd_time(p, 4) / 2), 20e-6);
+  EXPECT_THROW(fit_oversubscribed_latency(p, comm::Transport::Tcp, 2, t), Error);  // not crowded
 }
 
 TEST(Calibrate, ComputeSlowsWithTheCoresInUse) {

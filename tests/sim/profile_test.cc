@@ -16,7 +16,7 @@ const char* kProfile = R"({
   "sources": ["by hand"],
   "host": {"cores": 4, "ranks_per_host": 2},
   "transports": {
-    "tcp": {"latency_us": 30, "gbytes_per_s": 2.5},
+    "tcp": {"latency_us": 30, "gbytes_per_s": 2.5, "oversubscribed_latency_us": 70},
     "shm": {"latency_us": 4, "gbytes_per_s": 6},
     "network": {"latency_us": 50, "gbytes_per_s": 1.25}
   },
@@ -54,7 +54,9 @@ TEST(Profile, ReadsEveryFigureInItsUnit) {
   EXPECT_EQ(p.ranks_per_host, 2);
   EXPECT_DOUBLE_EQ(p.tcp.latency_s, 30e-6);
   EXPECT_DOUBLE_EQ(p.tcp.bytes_per_s, 2.5e9);
+  EXPECT_DOUBLE_EQ(p.tcp.oversubscribed_latency_s, 70e-6);
   ASSERT_TRUE(p.shm);
+  EXPECT_DOUBLE_EQ(p.shm->oversubscribed_latency_s, 0);  // not measured
   EXPECT_DOUBLE_EQ(p.shm->bytes_per_s, 6e9);
   EXPECT_DOUBLE_EQ(p.network.bytes_per_s, 1.25e9);
   EXPECT_DOUBLE_EQ(p.reduce_bytes_per_s, 5e9);
@@ -71,6 +73,8 @@ TEST(Profile, WhatIsWrittenReadsBackTheSame) {
   const Profile q = parse_profile(profile_json(p), "again.json");
   EXPECT_EQ(profile_json(q), profile_json(p));
   EXPECT_DOUBLE_EQ(q.network.latency_s, p.network.latency_s);
+  EXPECT_DOUBLE_EQ(q.tcp.oversubscribed_latency_s, 70e-6);
+  EXPECT_DOUBLE_EQ(q.shm->oversubscribed_latency_s, 0);
   EXPECT_EQ(q.compute.gradients[1].name, "fc.weight");
 }
 
@@ -80,6 +84,9 @@ TEST(Profile, MalformedProfilesNameFileLineAndKey) {
   const std::string bad_rate = error_of(with("\"gbytes_per_s\": 2.5", "\"gbytes_per_s\": -1"));
   EXPECT_NE(bad_rate.find("p.json:7:"), std::string::npos) << bad_rate;
   EXPECT_NE(bad_rate.find("transports.tcp.gbytes_per_s"), std::string::npos) << bad_rate;
+  const std::string crowded = error_of(with("\"oversubscribed_latency_us\": 70", "\"oversubscribed_latency_us\": 20"));
+  EXPECT_NE(crowded.find("transports.tcp.oversubscribed_latency_us"), std::string::npos) << crowded;
+  EXPECT_NE(crowded.find("at least 30"), std::string::npos) << crowded;
   const std::string typo = error_of(with("\"latency_us\": 30", "\"latncy_us\": 30"));
   EXPECT_NE(typo.find("did you mean"), std::string::npos) << typo;
   EXPECT_NE(typo.find("transports.tcp.latncy_us"), std::string::npos) << typo;

@@ -78,13 +78,16 @@ std::vector<sim::Gradient> gradients_of(const train::JobConfig& job) {
   return out;
 }
 
-// Median seconds per size of `cohort bench allreduce` with two processes of this host.
+// The most ranks calibrate starts at once for the oversubscribed latency (twice the cores).
+constexpr int kMaxOversubscribedRanks = 256;
+
+// Median seconds per size of `cohort bench allreduce` with `ranks` processes of this host.
 std::map<uint64_t, double> bench_times(comm::Transport transport, comm::Algorithm algo,
-                                       const std::string& sizes) {
+                                       const std::string& sizes, int ranks = 2) {
   const std::string out = (fs::temp_directory_path() / ("cohort-calibrate-bench-" + std::to_string(getpid()))).string();
   auto child = elastic::ChildProcess::spawn(
       {.executable = elastic::self_executable(),
-       .args = {"bench", "allreduce", "--ranks", "2", "--sizes", sizes, "--algo",
+       .args = {"bench", "allreduce", "--ranks", std::to_string(ranks), "--sizes", sizes, "--algo",
                 std::string(comm::algorithm_name(algo)), "--transport",
                 std::string(comm::transport_name(transport)), "--json"},
        .stdout_path = out,
@@ -124,7 +127,26 @@ sim::LinkCost measure_link(const sim::Profile& p, comm::Transport transport, dou
   if (rates.size() != 2) throw Error("calibrate: the bench printed no times for 4 and 16 MiB");
   link.bytes_per_s = std::sqrt(rates[0] * rates[1]);
   *spread = std::abs(rates[0] - rates[1]) / link.bytes_per_s;
+  // With twice as many ranks as cores (where that is more than two, and not too many to start).
+  const int ranks = 2 * p.cores;
+  if (ranks > 2 && ranks <= kMaxOversubscribedRanks) {
+    const auto crowded = bench_times(transport, comm::Algorithm::RecursiveDoubling, "8", ranks);
+    if (!crowded.count(8)) throw Error("calibrate: the bench printed no time for 8 bytes");
+    (transport == comm::Transport::Shm ? q.shm.emplace() : q.tcp) = link;
+    link.oversubscribed_latency_s = sim::fit_oversubscribed_latency(q, transport, ranks, crowded.at(8));
+  }
   return link;
+}
+
+std::string describe_link(const sim::LinkCost& l) {
+  char b[128];
+  std::snprintf(b, sizeof b, "%.1f us, %.2f GB/s", l.latency_s * 1e6, l.bytes_per_s / 1e9);
+  std::string out = b;
+  if (l.oversubscribed_latency_s > 0) {
+    std::snprintf(b, sizeof b, ", %.1f us with twice as many ranks as cores", l.oversubscribed_latency_s * 1e6);
+    out += b;
+  }
+  return out;
 }
 
 // Runs `copies` one-worker runs of the job at once, each with a timeline; returns their timelines.
@@ -311,6 +333,11 @@ int calibrate_main(int argc, char** argv) {
                 host_name().c_str(), p.cores, now_text().c_str(), load, tcp_spread * 100,
                 shm_spread >= 0 ? (", " + std::to_string(static_cast<int>(shm_spread * 100)) + "% (shm)").c_str() : "");
   p.sources.push_back(src);
+  if (p.tcp.oversubscribed_latency_s > 0) {
+    p.sources.push_back("oversubscribed latencies: an 8-byte allreduce (recursive doubling) of " +
+                        std::to_string(2 * p.cores) + " ranks on the " + std::to_string(p.cores) +
+                        " cores, fitted through the simulator");
+  }
   if (job) p.sources.push_back(rounds_text);
   p.sources.push_back(
       "network: this machine's loopback TCP (no other host to measure); cohort simulate --link and "
@@ -318,12 +345,8 @@ int calibrate_main(int argc, char** argv) {
   write_file_atomically(out, sim::profile_json(p));
   char line[512];
   std::snprintf(line, sizeof line,
-                "tcp: %.1f us, %.2f GB/s; shm: %s; reduce %.2f GB/s per core\n", p.tcp.latency_s * 1e6,
-                p.tcp.bytes_per_s / 1e9,
-                p.shm ? (std::to_string(p.shm->latency_s * 1e6).substr(0, 5) + " us, " +
-                         std::to_string(p.shm->bytes_per_s / 1e9).substr(0, 5) + " GB/s").c_str()
-                      : "none",
-                p.reduce_bytes_per_s / 1e9);
+                "tcp: %s; shm: %s; reduce %.2f GB/s per core\n", describe_link(p.tcp).c_str(),
+                p.shm ? describe_link(*p.shm).c_str() : "none", p.reduce_bytes_per_s / 1e9);
   std::cout << line;
   if (job) {
     const sim::Compute& c = p.compute;

@@ -71,6 +71,34 @@ double fit_bandwidth(const Profile& profile, comm::Transport transport, comm::Al
   return std::sqrt(lo * hi);
 }
 
+double fit_oversubscribed_latency(const Profile& profile, comm::Transport transport, int ranks,
+                                  double seconds) {
+  if (ranks <= profile.cores) {
+    throw Error("calibration: an oversubscribed latency is fitted with more ranks than cores");
+  }
+  Profile p = profile;
+  p.compute = Compute{};
+  p.compute.backward_s = 1e-9;
+  p.compute.gradients = {Gradient{.name = "calibration", .bytes = 8, .rows = 1, .cols = 2, .ready_s = 0}};
+  if (transport == comm::Transport::Shm && !p.shm) p.shm = p.tcp;
+  if (!(p.network.bytes_per_s > 0)) p.network = {.latency_s = 0, .bytes_per_s = 1e9};  // unused: one host
+  LinkCost& link = transport == comm::Transport::Shm ? *p.shm : p.tcp;
+  const Layout layout{.workers = ranks, .ranks_per_host = ranks};
+  const Choice choice{.algorithm = comm::Algorithm::RecursiveDoubling, .bucket_mb = 1e6, .transport = transport};
+  auto simulated = [&](double latency) {
+    link.oversubscribed_latency_s = latency;
+    return simulate(p, layout, choice).exposed_comm_s;
+  };
+  double lo = link.latency_s, hi = 10;  // seconds; the time rises with the latency
+  if (simulated(lo) >= seconds) return lo;  // no slower than with a core for every rank
+  if (simulated(hi) < seconds) return hi;
+  for (int i = 0; i < 60; ++i) {
+    const double mid = (lo + hi) / 2;
+    (simulated(mid) < seconds ? lo : hi) = mid;
+  }
+  return (lo + hi) / 2;
+}
+
 double measure_reduce() {
   const size_t n = size_t{4} << 20;  // 16 MiB of f32 per operand
   std::vector<float> a(n, 1.0f), b(n, 2.0f);

@@ -3,7 +3,9 @@
 // Transports: from `cohort bench allreduce` of two worker processes (cli/calibrate.cc): the
 // latency is the time of an allreduce of 8 bytes by recursive doubling (one message each way at
 // once, the hand-off to the communication thread included), the bandwidth what makes the
-// simulator's 2-rank ring of 4 and 16 MiB take as long as the measured one (fit_bandwidth).
+// simulator's 2-rank ring of 4 and 16 MiB take as long as the measured one (fit_bandwidth); the
+// oversubscribed latency what makes the simulated 8-byte allreduce of twice as many ranks as
+// cores take as long as the measured one (fit_oversubscribed_latency).
 // Kernels: the reduction kernel and each codec on 16 MiB of f32, the median of repeated runs.
 // Compute: from the timeline of a short run of the job (compute_from_trace), by the caller.
 #pragma once
@@ -23,6 +25,13 @@ namespace cohort::sim {
 // communicator does, segment pipelining and the cores the two ranks share included.
 double fit_bandwidth(const Profile& profile, comm::Transport transport, comm::Algorithm algorithm,
                      size_t bytes, double seconds);
+
+// The latency of `transport` between ranks of one host with `ranks` ranks on its profile.cores
+// cores (more ranks than cores) that makes the simulated recursive-doubling allreduce of 8 bytes
+// take the `seconds` measured for it: LinkCost::oversubscribed_latency_s, the profile's
+// latency_s as it is. Never below latency_s.
+double fit_oversubscribed_latency(const Profile& profile, comm::Transport transport, int ranks,
+                                  double seconds);
 
 // The reduction kernel's rate (f32 sum, bytes of output per second on one core).
 double measure_reduce();

@@ -66,8 +66,11 @@ double closed_form_step_s(const Profile& p, const Layout& l, const Choice& choic
   if (l.link_bytes_per_s) across.bytes_per_s = *l.link_bytes_per_s;
   if (l.link_latency_s) across.latency_s = *l.link_latency_s;
   const double gamma = c.on_device ? 1 / p.reduce_bytes_per_s : slow / p.reduce_bytes_per_s;
-  const Costs in_host{within.latency_s, slow / within.bytes_per_s, gamma};
-  const Costs net{across.latency_s, 1 / across.bytes_per_s, gamma};
+  const double load = threads_per_core(p, l);
+  const Costs in_host{within.latency_s + receiver_wait_s(within, load), slow / within.bytes_per_s,
+                      gamma};
+  const Costs net{across.latency_s + receiver_wait_s(p.network, load), 1 / across.bytes_per_s,
+                  gamma};
   // Bytes on the wire per byte of f32 for a codec (the closed form knows no codec's schedule).
   double wire = 1;
   switch (choice.compression.method) {

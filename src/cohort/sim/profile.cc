@@ -21,9 +21,9 @@ const Schema& schema() {
       {"", {"profile", "name", "sources", "host", "transports", "kernels", "compute"}},
       {"host", {"cores", "ranks_per_host"}},
       {"transports", {"tcp", "shm", "network"}},
-      {"transports.tcp", {"latency_us", "gbytes_per_s"}},
-      {"transports.shm", {"latency_us", "gbytes_per_s"}},
-      {"transports.network", {"latency_us", "gbytes_per_s"}},
+      {"transports.tcp", {"latency_us", "gbytes_per_s", "oversubscribed_latency_us"}},
+      {"transports.shm", {"latency_us", "gbytes_per_s", "oversubscribed_latency_us"}},
+      {"transports.network", {"latency_us", "gbytes_per_s", "oversubscribed_latency_us"}},
       {"kernels", {"reduce_gbytes_per_s", "codecs"}},
       {"kernels.codecs", kCodecs},
       {"kernels.codecs.fp16", {"encode_gbytes_per_s", "decode_gbytes_per_s"}},
@@ -77,8 +77,11 @@ LinkCost read_link(const Reader& r, const YAML::Node& transports, const std::str
   const std::string path = "transports." + name;
   YAML::Node m = r.section(transports, path, true);
   LinkCost l;
-  l.latency_s = r.number(m, path + ".latency_us", 0, false) * 1e-6;
+  const double latency_us = r.number(m, path + ".latency_us", 0, false);
+  l.latency_s = latency_us * 1e-6;
   l.bytes_per_s = r.number(m, path + ".gbytes_per_s", 0, true) * 1e9;
+  l.oversubscribed_latency_s =
+      r.number(m, path + ".oversubscribed_latency_us", latency_us, false, kInf, 0) * 1e-6;
   return l;
 }
 
@@ -192,7 +195,11 @@ double figure(double v) {
 std::string profile_json(const Profile& p) {
   using nlohmann::json;
   auto link = [](const LinkCost& l) {
-    return json{{"latency_us", figure(l.latency_s * 1e6)}, {"gbytes_per_s", figure(l.bytes_per_s / 1e9)}};
+    json j = {{"latency_us", figure(l.latency_s * 1e6)}, {"gbytes_per_s", figure(l.bytes_per_s / 1e9)}};
+    if (l.oversubscribed_latency_s > 0) {
+      j["oversubscribed_latency_us"] = figure(l.oversubscribed_latency_s * 1e6);
+    }
+    return j;
   };
   json transports = {{"tcp", link(p.tcp)}, {"network", link(p.network)}};
   if (p.shm) transports["shm"] = link(*p.shm);

@@ -4,7 +4,8 @@
 //
 //   {"profile": 1, "name": "...", "sources": ["where each figure comes from", ...],
 //    "host": {"cores": 2, "ranks_per_host": 1},
-//    "transports": {"tcp":     {"latency_us": 30, "gbytes_per_s": 2.9},
+//    "transports": {"tcp":     {"latency_us": 30, "gbytes_per_s": 2.9,
+//                               "oversubscribed_latency_us": 45},
 //                   "shm":     {"latency_us": 4, "gbytes_per_s": 6.5},
 //                   "network": {"latency_us": 30, "gbytes_per_s": 2.9}},
 //    "kernels": {"reduce_gbytes_per_s": 6.0,
@@ -16,7 +17,8 @@
 //
 // Transports: tcp and shm between ranks of one host (shm optional), network between hosts; the
 // bandwidth is that of one stream each way while the other way is busy too (what a ring step
-// sees). Kernels and codecs: per core, in bytes of f32 input. Compute: one worker alone with
+// sees); oversubscribed_latency_us (optional) a message's latency when the host runs twice as
+// many ranks' threads as it has cores. Kernels and codecs: per core, in bytes of f32 input. Compute: one worker alone with
 // `threads` threads; gradients in the order backward produces them, each with the time from the
 // start of backward at which it is ready.
 #pragma once
@@ -33,6 +35,9 @@ namespace cohort::sim {
 struct LinkCost {
   double latency_s = 0;          // one message, send to arrival, beyond its bytes
   double bytes_per_s = 0;        // one stream, each way
+  // The same with twice as many ranks' threads on the host as cores (0: not measured, taken as
+  // latency_s): a message then also waits for its receiver to get a core back.
+  double oversubscribed_latency_s = 0;
 };
 
 struct CodecCost {

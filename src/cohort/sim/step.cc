@@ -48,10 +48,19 @@ struct Fabric {
 
 }  // namespace
 
+double threads_per_core(const Profile& p, const Layout& l) {
+  const int ranks = l.one_machine ? l.workers : std::min(l.ranks_per_host, l.workers);
+  return static_cast<double>(ranks) * (p.compute.on_device ? 1 : p.compute.threads) / p.cores;
+}
+
+double receiver_wait_s(const LinkCost& link, double load) {
+  if (!(link.oversubscribed_latency_s > link.latency_s) || load <= 1) return 0;
+  return (link.oversubscribed_latency_s - link.latency_s) * (load - 1);
+}
+
 double compute_slowdown(const Profile& p, const Layout& l) {
   if (p.compute.on_device || p.cores < 2) return 1;
-  const int ranks = l.one_machine ? l.workers : std::min(l.ranks_per_host, l.workers);
-  const double threads = static_cast<double>(ranks) * p.compute.threads;
+  const double threads = threads_per_core(p, l) * p.cores;
   const double busy = std::min<double>(p.cores, threads);
   double f = 1 + (p.compute.shared_slowdown - 1) * std::max(0.0, busy - 1) / (p.cores - 1);
   // Beyond one thread per core, the measured cost of switching, up to twice as many threads.
@@ -77,6 +86,10 @@ class Engine {
     fab_.network = p.network;
     if (l.link_bytes_per_s) fab_.network.bytes_per_s = *l.link_bytes_per_s;
     if (l.link_latency_s) fab_.network.latency_s = *l.link_latency_s;
+    // A receiver on a host with more threads than cores is not always running.
+    const double load = threads_per_core(p, l);
+    fab_.local.latency_s += receiver_wait_s(fab_.local, load);
+    fab_.network.latency_s += receiver_wait_s(p.network, load);
     const int hosts = host_of_.back() + 1;
     const uint32_t pool = l.one_machine ? net_.add_resource(p.cores) : 0;
     for (int h = 0; h < hosts; ++h) {

@@ -75,6 +75,14 @@ Prediction simulate(const Profile& profile, const Layout& layout, const Choice& 
 // busy (Compute::shared_slowdown, in proportion to the other cores in use).
 double compute_slowdown(const Profile& profile, const Layout& layout);
 
+// The threads the ranks of one host run (on one machine, every rank's) per core of it.
+double threads_per_core(const Profile& profile, const Layout& layout);
+// How much longer than link.latency_s a message takes when its receiver's host runs `load`
+// threads per core: none up to one per core; beyond, the wait for the receiver to get a core back,
+// as measured at two per core (LinkCost::oversubscribed_latency_s) and in proportion to the
+// threads beyond one per core.
+double receiver_wait_s(const LinkCost& link, double load);
+
 // DDP's buckets for `bucket_mb`: indices into profile.compute.gradients, in launch order.
 std::vector<std::vector<size_t>> buckets_of(const Compute& compute, double bucket_mb);
 
