@@ -18,9 +18,9 @@
 // Transports: tcp and shm between ranks of one host (shm optional), network between hosts; the
 // bandwidth is that of one stream each way while the other way is busy too (what a ring step
 // sees); oversubscribed_latency_us (optional) a message's latency when the host runs twice as
-// many ranks' threads as it has cores. Kernels and codecs: per core, in bytes of f32 input. Compute: one worker alone with
-// `threads` threads; gradients in the order backward produces them, each with the time from the
-// start of backward at which it is ready.
+// many ranks' threads as it has cores. Kernels and codecs: per core, in bytes of f32 input.
+// Compute: one worker alone with `threads` threads; gradients in the order backward produces
+// them, each with the time from the start of backward at which it is ready.
 #pragma once
 
 #include <cstdint>
