@@ -2,6 +2,8 @@
 // bandwidth fitted through the simulator, and the sweep's choices.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "cohort/base/error.h"
@@ -122,6 +124,12 @@ TEST(Calibrate, AMessageWaitsForAReceiverWithoutACore) {
   EXPECT_DOUBLE_EQ(receiver_wait_s(crowded.tcp, 1.0), 0);
   EXPECT_NEAR(receiver_wait_s(crowded.tcp, 1.5), 15e-6, 1e-15);
   EXPECT_DOUBLE_EQ(receiver_wait_s(alone.tcp, 4.0), 0);  // not measured: no wait
+  // A wait that grows faster than the threads: at three per core, (3 - 1)^1.5 times the one at two.
+  Profile faster = crowded;
+  faster.tcp.oversubscribed_exponent = 1.5;
+  EXPECT_NEAR(receiver_wait_s(faster.tcp, 3.0), 30e-6 * std::pow(2.0, 1.5), 1e-15);
+  EXPECT_NEAR(rd_time(faster, 4), rd_time(crowded, 4), 1e-12);  // the same at two per core
+  EXPECT_NEAR(rd_time(faster, 8) - rd_time(alone, 8), 3 * std::pow(3.0, 1.5) * 30e-6, 1e-9);
   // The closed form charges it too.
   const Choice rd{.algorithm = comm::Algorithm::RecursiveDoubling, .bucket_mb = 1e6};
   EXPECT_NEAR(closed_form_step_s(crowded, {.workers = 4, .ranks_per_host = 4}, rd) -
@@ -136,6 +144,17 @@ TEST(Calibrate, TheFittedOversubscribedLatencyReproducesTheMeasuredTime) {
   // Faster than with a core each: no wait at all.
   EXPECT_DOUBLE_EQ(fit_oversubscribed_latency(p, comm::Transport::Tcp, 4, rd_time(p, 4) / 2), 20e-6);
   EXPECT_THROW(fit_oversubscribed_latency(p, comm::Transport::Tcp, 2, t), Error);  // not crowded
+}
+
+TEST(Calibrate, TheFittedExponentReproducesTheMeasuredTimeWithFourTimesTheRanks) {
+  Profile truth = crowded_host(50e-6);
+  truth.tcp.oversubscribed_exponent = 1.4;
+  const double t = rd_time(truth, 8);
+  Profile p = crowded_host(50e-6);  // the latency at two per core known, the exponent not
+  EXPECT_NEAR(fit_oversubscribed_exponent(p, comm::Transport::Tcp, 8, t), 1.4, 1e-6);
+  EXPECT_THROW(fit_oversubscribed_exponent(p, comm::Transport::Tcp, 4, t), Error);  // two per core
+  // Without a wait at two per core there is nothing to grow.
+  EXPECT_DOUBLE_EQ(fit_oversubscribed_exponent(crowded_host(0), comm::Transport::Tcp, 8, t), 1);
 }
 
 TEST(Calibrate, ComputeSlowsWithTheCoresInUse) {

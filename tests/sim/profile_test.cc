@@ -16,7 +16,7 @@ const char* kProfile = R"({
   "sources": ["by hand"],
   "host": {"cores": 4, "ranks_per_host": 2},
   "transports": {
-    "tcp": {"latency_us": 30, "gbytes_per_s": 2.5, "oversubscribed_latency_us": 70},
+    "tcp": {"latency_us": 30, "gbytes_per_s": 2.5, "oversubscribed_latency_us": 70, "oversubscribed_exponent": 1.25},
     "shm": {"latency_us": 4, "gbytes_per_s": 6},
     "network": {"latency_us": 50, "gbytes_per_s": 1.25}
   },
@@ -55,6 +55,7 @@ TEST(Profile, ReadsEveryFigureInItsUnit) {
   EXPECT_DOUBLE_EQ(p.tcp.latency_s, 30e-6);
   EXPECT_DOUBLE_EQ(p.tcp.bytes_per_s, 2.5e9);
   EXPECT_DOUBLE_EQ(p.tcp.oversubscribed_latency_s, 70e-6);
+  EXPECT_DOUBLE_EQ(p.tcp.oversubscribed_exponent, 1.25);
   ASSERT_TRUE(p.shm);
   EXPECT_DOUBLE_EQ(p.shm->oversubscribed_latency_s, 0);  // not measured
   EXPECT_DOUBLE_EQ(p.shm->bytes_per_s, 6e9);
@@ -74,6 +75,7 @@ TEST(Profile, WhatIsWrittenReadsBackTheSame) {
   EXPECT_EQ(profile_json(q), profile_json(p));
   EXPECT_DOUBLE_EQ(q.network.latency_s, p.network.latency_s);
   EXPECT_DOUBLE_EQ(q.tcp.oversubscribed_latency_s, 70e-6);
+  EXPECT_DOUBLE_EQ(q.tcp.oversubscribed_exponent, 1.25);
   EXPECT_DOUBLE_EQ(q.shm->oversubscribed_latency_s, 0);
   EXPECT_EQ(q.compute.gradients[1].name, "fc.weight");
 }
@@ -87,6 +89,8 @@ TEST(Profile, MalformedProfilesNameFileLineAndKey) {
   const std::string crowded = error_of(with("\"oversubscribed_latency_us\": 70", "\"oversubscribed_latency_us\": 20"));
   EXPECT_NE(crowded.find("transports.tcp.oversubscribed_latency_us"), std::string::npos) << crowded;
   EXPECT_NE(crowded.find("at least 30"), std::string::npos) << crowded;
+  const std::string steep = error_of(with("\"oversubscribed_exponent\": 1.25", "\"oversubscribed_exponent\": 5"));
+  EXPECT_NE(steep.find("transports.tcp.oversubscribed_exponent"), std::string::npos) << steep;
   const std::string typo = error_of(with("\"latency_us\": 30", "\"latncy_us\": 30"));
   EXPECT_NE(typo.find("did you mean"), std::string::npos) << typo;
   EXPECT_NE(typo.find("transports.tcp.latncy_us"), std::string::npos) << typo;

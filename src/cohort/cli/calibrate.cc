@@ -78,8 +78,16 @@ std::vector<sim::Gradient> gradients_of(const train::JobConfig& job) {
   return out;
 }
 
-// The most ranks calibrate starts at once for the oversubscribed latency (twice the cores).
+// The most ranks calibrate starts at once for the oversubscribed latency and its exponent.
 constexpr int kMaxOversubscribedRanks = 256;
+
+// The ranks whose 8-byte allreduce gives the oversubscribed exponent: eight per core (the
+// farther from two per core, the less the fit depends on either measurement's noise), or as many
+// as calibrate starts; none (0) where that is not more than two per core.
+int exponent_ranks(int cores) {
+  const int ranks = std::min(8 * cores, kMaxOversubscribedRanks);
+  return ranks > 2 * cores ? ranks : 0;
+}
 
 // Median seconds per size of `cohort bench allreduce` with `ranks` processes of this host.
 std::map<uint64_t, double> bench_times(comm::Transport transport, comm::Algorithm algo,
@@ -113,12 +121,17 @@ std::map<uint64_t, double> bench_times(comm::Transport transport, comm::Algorith
 
 // A transport's latency and bandwidth, measured by the bench and fitted through the simulator.
 sim::LinkCost measure_link(const sim::Profile& p, comm::Transport transport, double* spread) {
+  // An 8-byte allreduce by recursive doubling of `ranks` processes.
+  auto eight_bytes_s = [&](int ranks) {
+    const auto t = bench_times(transport, comm::Algorithm::RecursiveDoubling, "8", ranks);
+    if (!t.count(8)) throw Error("calibrate: the bench printed no time for 8 bytes");
+    return t.at(8);
+  };
   sim::LinkCost link;
-  const auto small = bench_times(transport, comm::Algorithm::RecursiveDoubling, "8");
-  if (!small.count(8)) throw Error("calibrate: the bench printed no time for 8 bytes");
-  link.latency_s = small.at(8);
+  link.latency_s = eight_bytes_s(2);
   sim::Profile q = p;
-  (transport == comm::Transport::Shm ? q.shm.emplace() : q.tcp) = link;
+  sim::LinkCost& in_q = transport == comm::Transport::Shm ? q.shm.emplace() : q.tcp;
+  in_q = link;
   const auto large = bench_times(transport, comm::Algorithm::Ring, "4M,16M");
   std::vector<double> rates;
   for (const auto& [bytes, seconds] : large) {
@@ -127,13 +140,15 @@ sim::LinkCost measure_link(const sim::Profile& p, comm::Transport transport, dou
   if (rates.size() != 2) throw Error("calibrate: the bench printed no times for 4 and 16 MiB");
   link.bytes_per_s = std::sqrt(rates[0] * rates[1]);
   *spread = std::abs(rates[0] - rates[1]) / link.bytes_per_s;
-  // With twice as many ranks as cores (where that is more than two, and not too many to start).
-  const int ranks = 2 * p.cores;
-  if (ranks > 2 && ranks <= kMaxOversubscribedRanks) {
-    const auto crowded = bench_times(transport, comm::Algorithm::RecursiveDoubling, "8", ranks);
-    if (!crowded.count(8)) throw Error("calibrate: the bench printed no time for 8 bytes");
-    (transport == comm::Transport::Shm ? q.shm.emplace() : q.tcp) = link;
-    link.oversubscribed_latency_s = sim::fit_oversubscribed_latency(q, transport, ranks, crowded.at(8));
+  // With twice as many ranks as cores (where that is more than two, and not too many to start)
+  // the latency, then with more how its extra grows.
+  if (const int ranks = 2 * p.cores; ranks > 2 && ranks <= kMaxOversubscribedRanks) {
+    in_q = link;
+    link.oversubscribed_latency_s = sim::fit_oversubscribed_latency(q, transport, ranks, eight_bytes_s(ranks));
+  }
+  if (const int ranks = exponent_ranks(p.cores); link.oversubscribed_latency_s > 0 && ranks > 0) {
+    in_q = link;
+    link.oversubscribed_exponent = sim::fit_oversubscribed_exponent(q, transport, ranks, eight_bytes_s(ranks));
   }
   return link;
 }
@@ -143,7 +158,8 @@ std::string describe_link(const sim::LinkCost& l) {
   std::snprintf(b, sizeof b, "%.1f us, %.2f GB/s", l.latency_s * 1e6, l.bytes_per_s / 1e9);
   std::string out = b;
   if (l.oversubscribed_latency_s > 0) {
-    std::snprintf(b, sizeof b, ", %.1f us with twice as many ranks as cores", l.oversubscribed_latency_s * 1e6);
+    std::snprintf(b, sizeof b, ", %.1f us with twice as many ranks as cores (the wait's exponent %.2f)",
+                  l.oversubscribed_latency_s * 1e6, l.oversubscribed_exponent);
     out += b;
   }
   return out;
@@ -336,7 +352,11 @@ int calibrate_main(int argc, char** argv) {
   if (p.tcp.oversubscribed_latency_s > 0) {
     p.sources.push_back("oversubscribed latencies: an 8-byte allreduce (recursive doubling) of " +
                         std::to_string(2 * p.cores) + " ranks on the " + std::to_string(p.cores) +
-                        " cores, fitted through the simulator");
+                        " cores" +
+                        (exponent_ranks(p.cores) > 0
+                             ? ", their exponents from " + std::to_string(exponent_ranks(p.cores)) + " ranks"
+                             : std::string()) +
+                        ", fitted through the simulator");
   }
   if (job) p.sources.push_back(rounds_text);
   p.sources.push_back(

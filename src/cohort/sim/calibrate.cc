@@ -71,32 +71,68 @@ double fit_bandwidth(const Profile& profile, comm::Transport transport, comm::Al
   return std::sqrt(lo * hi);
 }
 
+namespace {
+
+// What the simulator says an 8-byte allreduce by recursive doubling of `ranks` ranks on one host
+// of profile.cores cores takes, and which value of one of the transport's figures makes it take
+// a measured time.
+class CrowdedAllreduce {
+ public:
+  CrowdedAllreduce(const Profile& profile, comm::Transport transport, int ranks)
+      : p_(profile), transport_(transport), layout_{.workers = ranks, .ranks_per_host = ranks} {
+    if (ranks <= profile.cores) {
+      throw Error("calibration: an oversubscribed latency is fitted with more ranks than cores");
+    }
+    p_.compute = Compute{};
+    p_.compute.backward_s = 1e-9;
+    p_.compute.gradients = {Gradient{.name = "calibration", .bytes = 8, .rows = 1, .cols = 2, .ready_s = 0}};
+    if (transport == comm::Transport::Shm && !p_.shm) p_.shm = p_.tcp;
+    if (!(p_.network.bytes_per_s > 0)) p_.network = {.latency_s = 0, .bytes_per_s = 1e9};  // unused: one host
+  }
+  LinkCost& link() { return transport_ == comm::Transport::Shm ? *p_.shm : p_.tcp; }
+  double seconds() {
+    const Choice choice{.algorithm = comm::Algorithm::RecursiveDoubling, .bucket_mb = 1e6, .transport = transport_};
+    return simulate(p_, layout_, choice).exposed_comm_s;
+  }
+  // The x in [lo, hi] that `field` of the link must hold for the measured `seconds`; the time
+  // rises with it. lo or hi when the measurement lies beyond what they give.
+  double fit(double LinkCost::*field, double lo, double hi, double seconds) {
+    auto at = [&](double x) {
+      link().*field = x;
+      return this->seconds();
+    };
+    if (at(lo) >= seconds) return lo;
+    if (at(hi) < seconds) return hi;
+    for (int i = 0; i < 60; ++i) {
+      const double mid = (lo + hi) / 2;
+      (at(mid) < seconds ? lo : hi) = mid;
+    }
+    return (lo + hi) / 2;
+  }
+
+ private:
+  Profile p_;
+  comm::Transport transport_;
+  Layout layout_;
+};
+
+}  // namespace
+
 double fit_oversubscribed_latency(const Profile& profile, comm::Transport transport, int ranks,
                                   double seconds) {
-  if (ranks <= profile.cores) {
-    throw Error("calibration: an oversubscribed latency is fitted with more ranks than cores");
+  CrowdedAllreduce crowded(profile, transport, ranks);
+  // No slower than with a core for every rank: no wait at all.
+  return crowded.fit(&LinkCost::oversubscribed_latency_s, crowded.link().latency_s, 10, seconds);
+}
+
+double fit_oversubscribed_exponent(const Profile& profile, comm::Transport transport, int ranks,
+                                   double seconds) {
+  if (ranks <= 2 * profile.cores) {
+    throw Error("calibration: the oversubscribed exponent is fitted with more than twice as many ranks as cores");
   }
-  Profile p = profile;
-  p.compute = Compute{};
-  p.compute.backward_s = 1e-9;
-  p.compute.gradients = {Gradient{.name = "calibration", .bytes = 8, .rows = 1, .cols = 2, .ready_s = 0}};
-  if (transport == comm::Transport::Shm && !p.shm) p.shm = p.tcp;
-  if (!(p.network.bytes_per_s > 0)) p.network = {.latency_s = 0, .bytes_per_s = 1e9};  // unused: one host
-  LinkCost& link = transport == comm::Transport::Shm ? *p.shm : p.tcp;
-  const Layout layout{.workers = ranks, .ranks_per_host = ranks};
-  const Choice choice{.algorithm = comm::Algorithm::RecursiveDoubling, .bucket_mb = 1e6, .transport = transport};
-  auto simulated = [&](double latency) {
-    link.oversubscribed_latency_s = latency;
-    return simulate(p, layout, choice).exposed_comm_s;
-  };
-  double lo = link.latency_s, hi = 10;  // seconds; the time rises with the latency
-  if (simulated(lo) >= seconds) return lo;  // no slower than with a core for every rank
-  if (simulated(hi) < seconds) return hi;
-  for (int i = 0; i < 60; ++i) {
-    const double mid = (lo + hi) / 2;
-    (simulated(mid) < seconds ? lo : hi) = mid;
-  }
-  return (lo + hi) / 2;
+  CrowdedAllreduce crowded(profile, transport, ranks);
+  if (!(crowded.link().oversubscribed_latency_s > crowded.link().latency_s)) return 1;  // no wait to grow
+  return crowded.fit(&LinkCost::oversubscribed_exponent, 0, 4, seconds);
 }
 
 double measure_reduce() {

@@ -5,7 +5,8 @@
 // once, the hand-off to the communication thread included), the bandwidth what makes the
 // simulator's 2-rank ring of 4 and 16 MiB take as long as the measured one (fit_bandwidth); the
 // oversubscribed latency what makes the simulated 8-byte allreduce of twice as many ranks as
-// cores take as long as the measured one (fit_oversubscribed_latency).
+// cores take as long as the measured one (fit_oversubscribed_latency), and its exponent the same
+// with more (fit_oversubscribed_exponent).
 // Kernels: the reduction kernel and each codec on 16 MiB of f32, the median of repeated runs.
 // Compute: from the timeline of a short run of the job (compute_from_trace), by the caller.
 #pragma once
@@ -32,6 +33,10 @@ double fit_bandwidth(const Profile& profile, comm::Transport transport, comm::Al
 // latency_s as it is. Never below latency_s.
 double fit_oversubscribed_latency(const Profile& profile, comm::Transport transport, int ranks,
                                   double seconds);
+// The same with more than twice as many ranks as cores, the oversubscribed latency as it is:
+// LinkCost::oversubscribed_exponent, in [0, 4].
+double fit_oversubscribed_exponent(const Profile& profile, comm::Transport transport, int ranks,
+                                   double seconds);
 
 // The reduction kernel's rate (f32 sum, bytes of output per second on one core).
 double measure_reduce();

@@ -21,9 +21,12 @@ const Schema& schema() {
       {"", {"profile", "name", "sources", "host", "transports", "kernels", "compute"}},
       {"host", {"cores", "ranks_per_host"}},
       {"transports", {"tcp", "shm", "network"}},
-      {"transports.tcp", {"latency_us", "gbytes_per_s", "oversubscribed_latency_us"}},
-      {"transports.shm", {"latency_us", "gbytes_per_s", "oversubscribed_latency_us"}},
-      {"transports.network", {"latency_us", "gbytes_per_s", "oversubscribed_latency_us"}},
+      {"transports.tcp",
+       {"latency_us", "gbytes_per_s", "oversubscribed_latency_us", "oversubscribed_exponent"}},
+      {"transports.shm",
+       {"latency_us", "gbytes_per_s", "oversubscribed_latency_us", "oversubscribed_exponent"}},
+      {"transports.network",
+       {"latency_us", "gbytes_per_s", "oversubscribed_latency_us", "oversubscribed_exponent"}},
       {"kernels", {"reduce_gbytes_per_s", "codecs"}},
       {"kernels.codecs", kCodecs},
       {"kernels.codecs.fp16", {"encode_gbytes_per_s", "decode_gbytes_per_s"}},
@@ -82,6 +85,7 @@ LinkCost read_link(const Reader& r, const YAML::Node& transports, const std::str
   l.bytes_per_s = r.number(m, path + ".gbytes_per_s", 0, true) * 1e9;
   l.oversubscribed_latency_s =
       r.number(m, path + ".oversubscribed_latency_us", latency_us, false, kInf, 0) * 1e-6;
+  l.oversubscribed_exponent = r.number(m, path + ".oversubscribed_exponent", 0, false, 4, 1);
   return l;
 }
 
@@ -198,6 +202,7 @@ std::string profile_json(const Profile& p) {
     json j = {{"latency_us", figure(l.latency_s * 1e6)}, {"gbytes_per_s", figure(l.bytes_per_s / 1e9)}};
     if (l.oversubscribed_latency_s > 0) {
       j["oversubscribed_latency_us"] = figure(l.oversubscribed_latency_s * 1e6);
+      j["oversubscribed_exponent"] = figure(l.oversubscribed_exponent);
     }
     return j;
   };

@@ -5,7 +5,7 @@
 //   {"profile": 1, "name": "...", "sources": ["where each figure comes from", ...],
 //    "host": {"cores": 2, "ranks_per_host": 1},
 //    "transports": {"tcp":     {"latency_us": 30, "gbytes_per_s": 2.9,
-//                               "oversubscribed_latency_us": 45},
+//                               "oversubscribed_latency_us": 45, "oversubscribed_exponent": 1.2},
 //                   "shm":     {"latency_us": 4, "gbytes_per_s": 6.5},
 //                   "network": {"latency_us": 30, "gbytes_per_s": 2.9}},
 //    "kernels": {"reduce_gbytes_per_s": 6.0,
@@ -18,7 +18,8 @@
 // Transports: tcp and shm between ranks of one host (shm optional), network between hosts; the
 // bandwidth is that of one stream each way while the other way is busy too (what a ring step
 // sees); oversubscribed_latency_us (optional) a message's latency when the host runs twice as
-// many ranks' threads as it has cores. Kernels and codecs: per core, in bytes of f32 input.
+// many ranks' threads as it has cores, oversubscribed_exponent (optional) how the extra grows
+// beyond. Kernels and codecs: per core, in bytes of f32 input.
 // Compute: one worker alone with `threads` threads; gradients in the order backward produces
 // them, each with the time from the start of backward at which it is ready.
 #pragma once
@@ -38,6 +39,9 @@ struct LinkCost {
   // The same with twice as many ranks' threads on the host as cores (0: not measured, taken as
   // latency_s): a message then also waits for its receiver to get a core back.
   double oversubscribed_latency_s = 0;
+  // How that wait grows with the threads per core beyond one: (threads per core - 1) to this
+  // power, 1 at two per core (1: in proportion; fitted from a second measurement at eight).
+  double oversubscribed_exponent = 1;
 };
 
 struct CodecCost {

@@ -1,6 +1,7 @@
 #include "cohort/sim/step.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <limits>
 #include <queue>
@@ -55,7 +56,7 @@ double threads_per_core(const Profile& p, const Layout& l) {
 
 double receiver_wait_s(const LinkCost& link, double load) {
   if (!(link.oversubscribed_latency_s > link.latency_s) || load <= 1) return 0;
-  return (link.oversubscribed_latency_s - link.latency_s) * (load - 1);
+  return (link.oversubscribed_latency_s - link.latency_s) * std::pow(load - 1, link.oversubscribed_exponent);
 }
 
 double compute_slowdown(const Profile& p, const Layout& l) {

@@ -79,8 +79,8 @@ double compute_slowdown(const Profile& profile, const Layout& layout);
 double threads_per_core(const Profile& profile, const Layout& layout);
 // How much longer than link.latency_s a message takes when its receiver's host runs `load`
 // threads per core: none up to one per core; beyond, the wait for the receiver to get a core back,
-// as measured at two per core (LinkCost::oversubscribed_latency_s) and in proportion to the
-// threads beyond one per core.
+// as measured at two per core (LinkCost::oversubscribed_latency_s) times the threads per core
+// beyond one to the power LinkCost::oversubscribed_exponent.
 double receiver_wait_s(const LinkCost& link, double load);
 
 // DDP's buckets for `bucket_mb`: indices into profile.compute.gradients, in launch order.
