@@ -43,86 +43,76 @@ double median_seconds(int reps, F&& f) {
 
 }  // namespace
 
-double fit_bandwidth(const Profile& profile, comm::Transport transport, comm::Algorithm algorithm,
-                     size_t bytes, double seconds) {
-  if (bytes < (size_t{1} << 20) || !(seconds > 0)) {
-    throw Error("calibration: a bandwidth is fitted on a measured allreduce of 1 MiB or more");
-  }
-  // One bucket of `bytes`, ready at once: the step's exposed communication is the allreduce.
-  Profile p = profile;
-  p.compute = Compute{};
-  p.compute.backward_s = 1e-9;
-  p.compute.gradients = {Gradient{.name = "calibration", .bytes = bytes / 4 * 4, .rows = 1,
-                                  .cols = bytes / 4, .ready_s = 0}};
-  const Layout layout{.workers = 2, .ranks_per_host = 2};
-  const Choice choice{.algorithm = algorithm, .bucket_mb = 1e6, .transport = transport};
-  auto simulated = [&](double rate) {
-    (transport == comm::Transport::Shm ? *p.shm : p.tcp).bytes_per_s = rate;
-    return simulate(p, layout, choice).exposed_comm_s;
-  };
-  if (transport == comm::Transport::Shm && !p.shm) p.shm = p.tcp;
-  if (!(p.network.bytes_per_s > 0)) p.network = {.latency_s = 0, .bytes_per_s = 1e9};  // unused: one host
-  double lo = 1e6, hi = 1e13;  // bytes per second; the time falls as the rate rises
-  if (simulated(hi) > seconds) return hi;  // faster than any rate explains: the kernels' cost rules
-  for (int i = 0; i < 60; ++i) {
-    const double mid = std::sqrt(lo * hi);
-    (simulated(mid) > seconds ? lo : hi) = mid;
-  }
-  return std::sqrt(lo * hi);
-}
-
 namespace {
 
-// What the simulator says an 8-byte allreduce by recursive doubling of `ranks` ranks on one host
-// of profile.cores cores takes, and which value of one of the transport's figures makes it take
-// a measured time.
-class CrowdedAllreduce {
+// One allreduce of `bytes` among `ranks` ranks of one host, as the simulator runs it (one bucket,
+// ready at once: the step's exposed communication is the allreduce), and the value of one of
+// the transport's figures that makes it take a measured time.
+class MeasuredAllreduce {
  public:
-  CrowdedAllreduce(const Profile& profile, comm::Transport transport, int ranks)
-      : p_(profile), transport_(transport), layout_{.workers = ranks, .ranks_per_host = ranks} {
-    if (ranks <= profile.cores) {
-      throw Error("calibration: an oversubscribed latency is fitted with more ranks than cores");
-    }
+  MeasuredAllreduce(const Profile& profile, comm::Transport transport, comm::Algorithm algorithm,
+                    size_t bytes, int ranks)
+      : p_(profile),
+        transport_(transport),
+        layout_{.workers = ranks, .ranks_per_host = ranks},
+        choice_{.algorithm = algorithm, .bucket_mb = 1e6, .transport = transport} {
     p_.compute = Compute{};
     p_.compute.backward_s = 1e-9;
-    p_.compute.gradients = {Gradient{.name = "calibration", .bytes = 8, .rows = 1, .cols = 2, .ready_s = 0}};
+    p_.compute.gradients = {Gradient{.name = "calibration", .bytes = bytes / 4 * 4, .rows = 1,
+                                     .cols = bytes / 4, .ready_s = 0}};
     if (transport == comm::Transport::Shm && !p_.shm) p_.shm = p_.tcp;
     if (!(p_.network.bytes_per_s > 0)) p_.network = {.latency_s = 0, .bytes_per_s = 1e9};  // unused: one host
   }
   LinkCost& link() { return transport_ == comm::Transport::Shm ? *p_.shm : p_.tcp; }
-  double seconds() {
-    const Choice choice{.algorithm = comm::Algorithm::RecursiveDoubling, .bucket_mb = 1e6, .transport = transport_};
-    return simulate(p_, layout_, choice).exposed_comm_s;
-  }
-  // The x in [lo, hi] that `field` of the link must hold for the measured `seconds`; the time
-  // rises with it. lo or hi when the measurement lies beyond what they give.
-  double fit(double LinkCost::*field, double lo, double hi, double seconds) {
+
+  // The x in [lo, hi] that `field` of the link must hold for the allreduce to take `seconds`
+  // (the time rising or falling with it), by bisection, halving the ratio of the ends where
+  // `geometric`; lo or hi when the measurement lies beyond what they give.
+  double fit(double LinkCost::*field, double lo, double hi, double seconds, bool geometric) {
     auto at = [&](double x) {
       link().*field = x;
-      return this->seconds();
+      return simulate(p_, layout_, choice_).exposed_comm_s;
     };
-    if (at(lo) >= seconds) return lo;
-    if (at(hi) < seconds) return hi;
+    const double at_lo = at(lo), at_hi = at(hi);
+    const bool rising = at_lo < at_hi;
+    if (rising ? seconds <= at_lo : seconds >= at_lo) return lo;
+    if (rising ? seconds > at_hi : seconds < at_hi) return hi;
+    auto middle = [&] { return geometric ? std::sqrt(lo * hi) : (lo + hi) / 2; };
     for (int i = 0; i < 60; ++i) {
-      const double mid = (lo + hi) / 2;
-      (at(mid) < seconds ? lo : hi) = mid;
+      const double mid = middle();
+      ((at(mid) < seconds) == rising ? lo : hi) = mid;
     }
-    return (lo + hi) / 2;
+    return middle();
   }
 
  private:
   Profile p_;
   comm::Transport transport_;
   Layout layout_;
+  Choice choice_;
 };
 
 }  // namespace
 
+double fit_bandwidth(const Profile& profile, comm::Transport transport, comm::Algorithm algorithm,
+                     size_t bytes, double seconds) {
+  if (bytes < (size_t{1} << 20) || !(seconds > 0)) {
+    throw Error("calibration: a bandwidth is fitted on a measured allreduce of 1 MiB or more");
+  }
+  // Bytes per second; faster than any rate explains: the kernels' cost rules (the highest).
+  return MeasuredAllreduce(profile, transport, algorithm, bytes, 2)
+      .fit(&LinkCost::bytes_per_s, 1e6, 1e13, seconds, /*geometric=*/true);
+}
+
 double fit_oversubscribed_latency(const Profile& profile, comm::Transport transport, int ranks,
                                   double seconds) {
-  CrowdedAllreduce crowded(profile, transport, ranks);
-  // No slower than with a core for every rank: no wait at all.
-  return crowded.fit(&LinkCost::oversubscribed_latency_s, crowded.link().latency_s, 10, seconds);
+  if (ranks <= profile.cores) {
+    throw Error("calibration: an oversubscribed latency is fitted with more ranks than cores");
+  }
+  MeasuredAllreduce crowded(profile, transport, comm::Algorithm::RecursiveDoubling, 8, ranks);
+  // No slower than with a core for every rank: no wait at all (the lowest).
+  return crowded.fit(&LinkCost::oversubscribed_latency_s, crowded.link().latency_s, 10, seconds,
+                     /*geometric=*/false);
 }
 
 double fit_oversubscribed_exponent(const Profile& profile, comm::Transport transport, int ranks,
@@ -130,9 +120,9 @@ double fit_oversubscribed_exponent(const Profile& profile, comm::Transport trans
   if (ranks <= 2 * profile.cores) {
     throw Error("calibration: the oversubscribed exponent is fitted with more than twice as many ranks as cores");
   }
-  CrowdedAllreduce crowded(profile, transport, ranks);
+  MeasuredAllreduce crowded(profile, transport, comm::Algorithm::RecursiveDoubling, 8, ranks);
   if (!(crowded.link().oversubscribed_latency_s > crowded.link().latency_s)) return 1;  // no wait to grow
-  return crowded.fit(&LinkCost::oversubscribed_exponent, 0, 4, seconds);
+  return crowded.fit(&LinkCost::oversubscribed_exponent, 0, 4, seconds, /*geometric=*/false);
 }
 
 double measure_reduce() {
