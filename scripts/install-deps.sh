@@ -10,8 +10,9 @@ PACKAGES=(
   libssl-dev zlib1g-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libyaml-cpp-dev libsqlite3-dev
   # the web console: HTTP server; node and npm install its assets (web/), chromium runs its test
   libcpp-httplib-dev nodejs chromium
-  # tests and benchmarks; clang with its libFuzzer runtime for make fuzz
-  libgtest-dev libgmock-dev googletest libbenchmark-dev clang libclang-rt-14-dev
+  # tests and benchmarks; clang with its libFuzzer runtime for make fuzz, llvm-symbolizer for the
+  # sanitizers' reports (and their suppressions by function name)
+  libgtest-dev libgmock-dev googletest libbenchmark-dev clang libclang-rt-14-dev llvm
   # training: libtorch with a fast BLAS, and the reference data set
   libtorch-dev libopenblas0-pthread dataset-fashion-mnist
   # the Python package (torch.distributed backend "cohort"): pybind11 and the interpreter's headers
