@@ -128,6 +128,7 @@ std::vector<bool> GradientPusher::finish(ps::PullInfo* info) {
       part.work->wait();
       seen.duplicates += part.info.duplicates;
       seen.stopped |= part.info.stopped;
+      seen.held += part.info.held;  // the client sends parts one after another
     } catch (...) {
       if (!failed) failed = std::current_exception();
     }

@@ -41,8 +41,8 @@ class GradientPusher {
   void start(const ps::PushPullOptions& push, float scale);
   // After backward: the parameters without a gradient get zeros; waits for the parts already
   // pushed and returns which shards are left (push_to for the push_pull that ends the step; all
-  // false when none is), and in *info what the parts' answers said (duplicates, stopped). Throws
-  // the error of a part that failed.
+  // false when none is), and in *info what the parts' answers said (duplicates, stopped, how long
+  // they were held while another worker evaluated). Throws the error of a part that failed.
   std::vector<bool> finish(ps::PullInfo* info);
 
   // Shard parts pushed while backward was still running, and all parts, since the start.

@@ -232,6 +232,7 @@ ServerWorker::Exchange ServerWorker::exchange(torch::nn::Module& model) {
       ->wait();
   info.duplicates += pushed.duplicates;
   info.stopped |= pushed.stopped;
+  info.held += pushed.held;  // a part's answer waits, like the pull's, while another evaluates
   clock_ = next;
   ++pushes_;
   duplicates_ += info.duplicates > 0 ? 1 : 0;
