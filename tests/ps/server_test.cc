@@ -72,60 +72,6 @@ TEST(ParameterServers, SspZeroIsSynchronousSgdOnTheSumAcrossShards) {
   }
 }
 
-// A push may go out in parts, each shard's on its own (a worker pushes a shard once backward has
-// produced its gradients): the shards apply the clock as they would the whole push, a part sent
-// twice counts once, the samples are counted with shard 0's part only, and a pull after the parts
-// can wait for the clock they pushed (fresh), as a push_pull's answer does.
-TEST(ParameterServers, APushInPartsIsOnePushPerShard) {
-  PsCluster cluster(settings(2, 2, Consistency::Ssp));
-  const Layout layout({5, 11, 2}, 2);
-  Client w0(cluster.client_options(0), layout), w1(cluster.client_options(1), layout);
-  w0.init(initial(layout.total()))->wait();
-  const auto keys = w0.all_keys();
-  std::vector<float> expect = initial(layout.total());
-  std::vector<float> p0(layout.total()), p1(layout.total());
-  const double lr = 0.5;
-  const SampleCounts counts{.epoch = 0, .samples = 4, .id_sum = 6};
-  for (int64_t c = 0; c < 2; ++c) {
-    const auto g0 = gradient(0, c, layout.total()), g1 = gradient(1, c, layout.total());
-    PullInfo first, again, last;
-    const PushPullOptions part{.clock = c, .lr = lr, .counts = counts, .push_to = {false, true}};
-    w0.push(keys, g0, part, &first)->wait();
-    w0.push(keys, g0, part, &again)->wait();  // a resend: a duplicate, applied once
-    EXPECT_EQ(first.duplicates, 0);
-    EXPECT_EQ(again.duplicates, 1);
-    // The rest with the pull; it waits up to 10 s for clock c to be applied (fresh), which
-    // needs worker 1's push: without the wait it would answer at once with version c.
-    auto rest = w0.push_pull(keys, g0, p0,
-                             {.clock = c,
-                              .lr = lr,
-                              .min_version = c,
-                              .fresh = Millis(10000),
-                              .counts = counts,
-                              .push_to = {true, false}},
-                             &last);
-    w1.push_pull(keys, g1, p1, {.clock = c, .lr = lr, .min_version = c + 1})->wait();
-    rest->wait();
-    EXPECT_EQ(last.version, c + 1);
-    for (size_t i = 0; i < expect.size(); ++i) {
-      expect[i] -= static_cast<float>(lr) * (g0[i] + g1[i]);
-    }
-    for (size_t i = 0; i < expect.size(); ++i) ASSERT_NEAR(p0[i], expect[i], 1e-5) << i;
-  }
-  // Every shard took every part, each once; worker 0's samples were counted once per clock.
-  std::vector<float> now(layout.total());
-  PullInfo info;
-  w1.pull(keys, now, {.min_version = 2}, &info)->wait();
-  EXPECT_EQ(now, p0);
-  const auto status = w0.status();
-  EXPECT_EQ(status[0].slot_clocks, (std::vector<int64_t>{2, 2}));
-  EXPECT_EQ(status[1].slot_clocks, (std::vector<int64_t>{2, 2}));
-  ASSERT_EQ(status[0].counts.size(), 1u);
-  EXPECT_EQ(status[0].counts[0].samples, 8.0);
-  EXPECT_THROW(w0.push(keys, gradient(0, 2, layout.total()), {.clock = 2, .push_to = {true}}),
-               Error);
-}
-
 TEST(ParameterServers, AsyncWithOneWorkerIsSequentialSgdWithMomentum) {
   const OptimizerSettings opt{.kind = OptimizerKind::Sgd, .momentum = 0.9, .weight_decay = 0.01};
   PsCluster cluster(settings(2, 1, Consistency::Async, opt));
@@ -412,8 +358,8 @@ TEST(ParameterServers, AnAnswerHeldLongerThanTheRequestTimeoutIsNotTimedOut) {
   auto held = w1.push_pull(keys, g11, p1, {.clock = 1, .lr = 0.1}, &info);
   const auto t0 = Clock::now();
   while (Clock::now() - t0 < Millis(4000)) {  // the evaluation: over twice w1's timeout
-    ASSERT_FALSE(held->is_completed())
-        << "the held request ended after " << seconds_since(t0) << " s";
+    ASSERT_FALSE(held->is_completed()) << "the held request ended after "
+                                       << seconds_since(t0) << " s";
     std::this_thread::sleep_for(Millis(50));
   }
   w0.resume(0)->wait(Millis(10000));

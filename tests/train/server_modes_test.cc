@@ -59,13 +59,7 @@ TEST(ServerModes, SspWithZeroStalenessGivesTheParametersOfAllReduce) {
   if (stale > 0) {
     EXPECT_GT(added, 0) << s3.dump(2);
   }
-  for (const json& r : s["per_rank"]) {
-    EXPECT_EQ(r["own_steps_added"], 0);
-    // Each step's push went out in one part per server (the MLP's first layer, the last
-    // gradient backward computes, is on both, so no part could leave before backward ended).
-    EXPECT_EQ(r["push_parts"], 40) << r.dump();
-    EXPECT_EQ(r["push_parts_during_backward"], 0) << r.dump();
-  }
+  for (const json& r : s["per_rank"]) EXPECT_EQ(r["own_steps_added"], 0);
   // The checkpoint holds the servers' state (their optimizer's momentum), for a resume.
   EXPECT_FALSE(b.extras.sync_state.empty());
   for (const auto& d : {sync, ssp0, ssp3}) fs::remove_all(d);

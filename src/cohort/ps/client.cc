@@ -261,11 +261,6 @@ std::shared_ptr<comm::Work> Client::transfer(const char* what, std::span<const u
     throw Error(options_.name + ": pull into " + std::to_string(out.size()) + " values for keys " +
                 "holding " + std::to_string(count));
   }
-  if (push && !o.push_to.empty() && o.push_to.size() != static_cast<size_t>(layout_.servers())) {
-    throw Error(options_.name + ": a push to some of the shards names " +
-                std::to_string(o.push_to.size()) + " shards of " +
-                std::to_string(layout_.servers()));
-  }
   std::vector<uint64_t> key_list(keys.begin(), keys.end());
   return submit(what, [=, this] {
     const int servers = layout_.servers();
@@ -274,28 +269,26 @@ std::shared_ptr<comm::Work> Client::transfer(const char* what, std::span<const u
     std::vector<std::vector<float>> gathered(servers);
     for (int s = 0; s < servers; ++s) {
       pieces[s] = layout_.pieces(key_list, s);
-      // Every shard hears of a push (an ssp clock needs each slot's push, even an empty one),
-      // unless the push goes out in parts (PushPullOptions::push_to); a pull goes where the keys
-      // are.
-      const bool to_push = push && (o.push_to.empty() || o.push_to[static_cast<size_t>(s)]);
+      // Every shard hears of a push (an ssp clock needs each slot's push, even an empty one); a
+      // pull goes where the keys are.
       const bool to_pull = pull && !pieces[s].empty();
-      if (!to_push && !to_pull) continue;
+      if (!push && !to_pull) continue;
       Request q{.op = Op::kPushPull, .shard = static_cast<uint32_t>(s)};
       q.slot = options_.slot;
       q.clock = o.clock;
       q.lr = o.lr;
-      q.push = to_push;
+      q.push = push;
       q.pull = to_pull;
       q.min_version = o.min_version;
       q.min_clock = o.min_clock;
       q.wait_ms = static_cast<uint32_t>(o.wait.count());
-      q.fresh_ms = to_pull ? static_cast<uint32_t>(o.fresh.count()) : 0;
-      if (s == 0 && to_push) q.counts = o.counts;  // counted once, on shard 0
+      q.fresh_ms = push && to_pull ? static_cast<uint32_t>(o.fresh.count()) : 0;
+      if (s == 0) q.counts = o.counts;  // counted once, on shard 0
       q.counts.epoch = o.counts.epoch;
       for (const auto& p : pieces[s]) q.ranges.push_back(p.range);
-      if (to_push && pieces[s].size() == 1) {
+      if (push && pieces[s].size() == 1) {
         q.values = values.data() + pieces[s][0].at;
-      } else if (to_push) {
+      } else if (push) {
         for (const auto& p : pieces[s]) {
           gathered[s].insert(gathered[s].end(), values.begin() + static_cast<long>(p.at),
                              values.begin() + static_cast<long>(p.at + p.range.count));

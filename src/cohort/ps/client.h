@@ -49,15 +49,10 @@ struct PushPullOptions {
   int64_t min_clock = 0;    // pull: ... and every slot has pushed every clock below this
   // pull: answered after this long even if not reached (PullInfo::reached false); 0: no limit
   std::chrono::milliseconds wait{0};
-  // pull: once min_version is reached, wait up to this long more for `clock` itself (pushed by
-  // this call or an earlier one) to be applied (Request::fresh_ms)
+  // push_pull: once min_version is reached, wait up to this long more for the pushed clock
+  // itself to be applied (Request::fresh_ms)
   std::chrono::milliseconds fresh{0};
-  SampleCounts counts{};  // push: the samples this clock's step trained (counted on shard 0)
-  // push: the shards (by server index) this call pushes to, each its pieces of the keys; empty:
-  // every shard. A slot's push of one clock may so go out in parts, a shard's part as soon as its
-  // gradients are in (backward produces them layer by layer); every shard must take exactly one
-  // part of each clock.
-  std::vector<bool> push_to{};
+  SampleCounts counts{};  // push: the samples this clock's step trained
 };
 
 // What a pull saw, over the shards it touched.

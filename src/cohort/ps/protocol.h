@@ -84,10 +84,9 @@ struct Request {
   // pull: answer after this long even if the versions are not reached (then
   // Response::reached is false); 0: wait as long as it takes.
   uint32_t wait_ms = 0;
-  // pull (ssp): the answer may wait up to this long for `clock` (the clock this slot just
-  // pushed, with this request or before it) to be applied, once its min_version is reached, so
-  // the next step computes on the newest parameters when every worker is about as fast; 0:
-  // answered as soon as min_version is reached.
+  // push_pull (ssp): the pull may wait up to this long for the clock of its push to be applied,
+  // once its min_version is reached, so the next step computes on the newest parameters when
+  // every worker is about as fast; 0: answered as soon as min_version is reached.
   uint32_t fresh_ms = 0;
   SampleCounts counts{};
   std::vector<Range> ranges{};

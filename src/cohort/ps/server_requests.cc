@@ -134,8 +134,8 @@ std::optional<Server::Impl::Waiting> Server::Impl::apply(uint32_t shard, Held& h
             .min_clock = q.min_clock,
             .answer_by = q.wait_ms > 0 ? Deadline::after(Millis(q.wait_ms)) : Deadline::never(),
             .ranges = q.ranges,
-            .fresh_version = q.pull && q.fresh_ms > 0 ? q.clock + 1 : 0,
-            .fresh_by = q.pull && q.fresh_ms > 0 ? Deadline::after(Millis(q.fresh_ms))
+            .fresh_version = q.push && q.fresh_ms > 0 ? q.clock + 1 : 0,
+            .fresh_by = q.push && q.fresh_ms > 0 ? Deadline::after(Millis(q.fresh_ms))
                                                  : Deadline(Clock::time_point::min())};
       }
       case Op::kControl:
@@ -299,8 +299,8 @@ void Server::Impl::handle_replica(ConnId conn, const Request& q) {
   if (later || (q.view > view_.number && is_primary(q.shard))) {
     // This server still serves the shard: the view that hands it over is on its way.
     if (!later) {
-      spdlog::info("{}: replication of shard {} from view {} waits for that view", name(), q.shard,
-                   q.view);
+      spdlog::info("{}: replication of shard {} from view {} waits for that view", name(),
+                   q.shard, q.view);
     }
     deferred_.emplace_back(conn, q);
     return;

@@ -15,7 +15,6 @@
 #include "cohort/ps/own_updates.h"
 #include "cohort/ps/view.h"
 #include "cohort/store/connect.h"
-#include "cohort/train/gradient_pusher.h"
 #include "cohort/train/models.h"
 #include "cohort/train/server_settings.h"
 
@@ -96,9 +95,8 @@ void ServerWorker::connect(torch::nn::Module& model, uint32_t slot) {
                                                      .timeout = ms(cfg_.comm.timeout_s)},
                                    layout);
   keys_ = client_->all_keys();
-  grads_.assign(client_->layout().total(), 0.0f);
-  params_.assign(client_->layout().total(), 0.0f);
-  pusher_ = std::make_unique<GradientPusher>(trained(model), *client_, grads_);
+  grads_.assign(layout.total(), 0.0f);
+  params_.assign(layout.total(), 0.0f);
   if (cfg_.sync.mode == SyncKind::Ssp && cfg_.sync.read_my_writes && cfg_.sync.staleness > 0) {
     own_ = std::make_unique<ps::OwnUpdates>(server_optimizer(cfg_), client_->layout());
   }
@@ -181,31 +179,31 @@ void ServerWorker::view_into(torch::nn::Module& model, const ps::PullInfo& info)
   copy_into(model);
 }
 
-void ServerWorker::start_step(int64_t clock, double lr) {
-  step_clock_ = clock;
-  step_lr_ = lr;
-  // The loss is scaled for an average over `slots` workers (trainer.h): the servers sum.
-  pusher_->start({.clock = clock,
-                  .lr = lr,
-                  .counts = {.epoch = samples_epoch_,
-                             .samples = samples_.samples,
-                             .id_sum = samples_.id_sum,
-                             .id_sq_sum = samples_.id_sq_sum}},
-                 1.0f / static_cast<float>(cfg_.workers));
-}
-
-ServerWorker::Exchange ServerWorker::exchange(torch::nn::Module& model) {
-  const int64_t clock = step_clock_;
-  const double lr = step_lr_;
-  const auto t = Clock::now();
-  ps::PullInfo pushed;
-  std::vector<bool> left = pusher_->finish(&pushed);
+ServerWorker::Exchange ServerWorker::exchange(torch::nn::Module& model, int64_t clock, double lr) {
+  const auto params = trained(model);
+  {
+    torch::NoGradGuard no_grad;
+    // The loss is scaled for an average over `slots` workers (trainer.h): the servers sum.
+    const float scale = 1.0f / static_cast<float>(cfg_.workers);
+    size_t at = 0;
+    for (const auto& p : params) {
+      const int64_t n = p.numel();
+      if (p.grad().defined()) {
+        auto g = (p.grad().contiguous().reshape(-1) * scale).contiguous();
+        std::memcpy(grads_.data() + at, g.data_ptr<float>(), static_cast<size_t>(n) * 4);
+      } else {
+        std::fill_n(grads_.data() + at, n, 0.0f);
+      }
+      at += static_cast<size_t>(n);
+    }
+  }
   // params_ still holds what the model computed this step's gradients on.
   if (own_) own_->pushed(clock, grads_, static_cast<float>(cfg_.workers), params_, lr);
   const int64_t next = clock + 1;
   const bool ssp = cfg_.sync.mode == SyncKind::Ssp;
   const int64_t min_version = ssp ? std::max<int64_t>(0, next - cfg_.sync.staleness) : 0;
   ps::PullInfo info;
+  const auto t = Clock::now();
   // This worker's step time (from one exchange to the next, minus what it was held), of which
   // sync.fresh_wait is how long the servers may hold the answer for this clock to complete.
   if (last_exchange_) {
@@ -215,24 +213,19 @@ ServerWorker::Exchange ServerWorker::exchange(torch::nn::Module& model) {
   last_exchange_ = t;
   const auto fresh =
       ssp ? std::min(kWaitSlice, ms(cfg_.sync.fresh_wait * step_s_)) : std::chrono::milliseconds(0);
-  // The shards whose part is left go with the pull; every shard answers the pull.
-  const ps::PushPullOptions o{.clock = clock,
-                              .lr = lr,
-                              .min_version = min_version,
-                              .wait = kWaitSlice,
-                              .fresh = fresh,
-                              .counts = {.epoch = samples_epoch_,
-                                         .samples = samples_.samples,
-                                         .id_sum = samples_.id_sum,
-                                         .id_sq_sum = samples_.id_sq_sum},
-                              .push_to = left};
-  const bool push = std::find(left.begin(), left.end(), true) != left.end();
-  (push ? client_->push_pull(keys_, grads_, params_, o, &info)
-        : client_->pull(keys_, params_, o, &info))
+  client_
+      ->push_pull(keys_, grads_, params_,
+                  {.clock = clock,
+                   .lr = lr,
+                   .min_version = min_version,
+                   .wait = kWaitSlice,
+                   .fresh = fresh,
+                   .counts = {.epoch = samples_epoch_,
+                              .samples = samples_.samples,
+                              .id_sum = samples_.id_sum,
+                              .id_sq_sum = samples_.id_sq_sum}},
+                  &info)
       ->wait();
-  info.duplicates += pushed.duplicates;
-  info.stopped |= pushed.stopped;
-  info.held += pushed.held;  // a part's answer waits, like the pull's, while another evaluates
   clock_ = next;
   ++pushes_;
   duplicates_ += info.duplicates > 0 ? 1 : 0;
@@ -318,9 +311,6 @@ nlohmann::json ServerWorker::summary() {
   return {{"slot", slot_},
           {"pushes", pushes_},
           {"pushes_resent", duplicates_},
-          // A push goes out in one part per shard: those sent while backward was still running.
-          {"push_parts", pusher_ ? pusher_->parts() : 0},
-          {"push_parts_during_backward", pusher_ ? pusher_->early_parts() : 0},
           // sync.read_my_writes: own steps added to pulled parameters, one per clock and shard.
           {"own_steps_added", own_ ? own_->added() : 0},
           // Pushes each shard applied, every worker's together (each counted once).
@@ -341,10 +331,9 @@ class ServerMode final : public SyncMode {
 
   StepSync step(const torch::Tensor& loss, int64_t step) override {
     p_.phase(comm::Phase::Backward);
-    w_.start_step(step, learning_rate(p_.optimizer));
     loss.backward();
     p_.phase(comm::Phase::Exchange);
-    const ServerWorker::Exchange x = w_.exchange(p_.model);
+    const ServerWorker::Exchange x = w_.exchange(p_.model, step, learning_rate(p_.optimizer));
     held_s_ += x.held_s;
     agree_ = false;
     return {.wait_s = x.wait_s - x.held_s, .synced_us = comm::now_us(), .held_s = x.held_s};

@@ -4,10 +4,8 @@
 // A worker trains a slot: one of the job's `workers` data shards, with its own clock (the steps
 // it has pushed). The servers count every slot's clock; in ssp a worker at clock c pulls
 // parameters that hold at least clocks 0 .. c - staleness - 1 of every slot, so no worker gets
-// more than `staleness` steps ahead of the slowest, while in async nothing waits. A step's push
-// goes out shard by shard during backward, each shard's part once its gradients are in
-// (gradient_pusher.h); the shards still to push after backward take theirs with the pull, in one
-// round trip per server (push_pull). The samples a step trained ride with
+// more than `staleness` steps ahead of the slowest, while in async nothing waits. Each step's
+// push and pull are one round trip per server (push_pull). The samples a step trained ride with
 // its push, so the servers' counts prove that every sample of an epoch was trained once, failures
 // included.
 //
@@ -41,8 +39,6 @@ struct PullInfo;
 
 namespace cohort::train {
 
-class GradientPusher;
-
 // Where a worker stands: the data shard it trains (its slot, of `slots`) and its clock.
 struct Place {
   int slot = 0;
@@ -73,16 +69,14 @@ class ServerWorker {
     samples_epoch_ = epoch;
     samples_ = c;
   }
-  // Before backward: its gradients (scaled by 1 / slots) are pushed for `clock`, with learning
-  // rate `lr`, each shard's as soon as they are in.
-  void start_step(int64_t clock, double lr);
-  // Backward is done: pushes what is left of the gradients and pulls the parameters into `model`.
-  // Returns the time blocked, of which `held` was spent while another worker evaluated.
+  // Backward is done: pushes the gradients (scaled by 1 / slots) for `clock` and pulls the
+  // parameters into `model`. Returns the time blocked, of which `held` was spent while another
+  // worker evaluated.
   struct Exchange {
     double wait_s = 0;
     double held_s = 0;
   };
-  Exchange exchange(torch::nn::Module& model);
+  Exchange exchange(torch::nn::Module& model, int64_t clock, double lr);
   // Evaluation by the lowest rank: the others wait meanwhile (their answers are held).
   void hold_others();
   void release_others();
@@ -124,9 +118,6 @@ class ServerWorker {
   std::unique_ptr<ps::Client> client_;
   std::vector<uint64_t> keys_;
   std::vector<float> grads_, params_;
-  std::unique_ptr<GradientPusher> pusher_;  // after client_: its hooks push through it
-  int64_t step_clock_ = 0;                  // the step between start_step() and exchange()
-  double step_lr_ = 0;
   std::unique_ptr<ps::OwnUpdates> own_;  // ssp with sync.read_my_writes
   int slot_ = -1;
   int64_t clock_ = 0;
