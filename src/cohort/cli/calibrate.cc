@@ -350,12 +350,12 @@ int calibrate_main(int argc, char** argv) {
                 shm_spread >= 0 ? (", " + std::to_string(static_cast<int>(shm_spread * 100)) + "% (shm)").c_str() : "");
   p.sources.push_back(src);
   if (p.tcp.oversubscribed_latency_s > 0) {
+    const int more = exponent_ranks(p.cores);
     p.sources.push_back("oversubscribed latencies: an 8-byte allreduce (recursive doubling) of " +
                         std::to_string(2 * p.cores) + " ranks on the " + std::to_string(p.cores) +
                         " cores" +
-                        (exponent_ranks(p.cores) > 0
-                             ? ", their exponents from " + std::to_string(exponent_ranks(p.cores)) + " ranks"
-                             : std::string()) +
+                        (more > 0 ? ", their exponents from " + std::to_string(more) + " ranks"
+                                  : std::string()) +
                         ", fitted through the simulator");
   }
   if (job) p.sources.push_back(rounds_text);

@@ -41,10 +41,6 @@ double median_seconds(int reps, F&& f) {
   return median(t);
 }
 
-}  // namespace
-
-namespace {
-
 // One allreduce of `bytes` among `ranks` ranks of one host, as the simulator runs it (one bucket,
 // ready at once: the step's exposed communication is the allreduce), and the value of one of
 // the transport's figures that makes it take a measured time.
