@@ -2,6 +2,7 @@
 // real processes over real sockets.
 #include <signal.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "sync_jobs.h"
@@ -146,9 +147,13 @@ TEST(ServerModes, TheOthersWaitWhileRankZeroEvaluatesAndThatIsNotTrainingTime) {
   EXPECT_GT(r1["held_seconds"].get<double>(), 0.05) << r1.dump(2);
   EXPECT_GE(r1["eval_seconds"].get<double>(), r1["held_seconds"].get<double>()) << r1.dump(2);
   // Both computed the same steps of the same model: the held one's compute is not inflated by
-  // the evaluations it waited through.
-  EXPECT_LT(r1["compute_seconds"].get<double>(),
-            r0["compute_seconds"].get<double>() + 0.5 * r1["held_seconds"].get<double>())
+  // the evaluations it waited through. The two ranks' compute differs by up to a quarter between
+  // runs on a loaded machine (0.217 against 0.267 s once, held 0.07 s), so the margin is at least
+  // that; held time counted as compute would still exceed it whenever the held time is more than
+  // 0.3 of the compute (a run here: 0.22 s held, 0.19 s compute).
+  const double r0_compute = r0["compute_seconds"].get<double>();
+  const double held = r1["held_seconds"].get<double>();
+  EXPECT_LT(r1["compute_seconds"].get<double>(), r0_compute + std::max(0.5 * held, 0.3 * r0_compute))
       << s.dump(2);
   std::vector<double> accuracy;
   std::ifstream metrics(dir / "metrics.jsonl");
