@@ -118,21 +118,26 @@ std::shared_ptr<ShmSegment::Mapping> map(int fd, size_t size, const std::string&
   return m;
 }
 
-// Touches every page of this side's view of a pair's rings once: a write to each page of the ring
-// it writes (with the byte already there: nothing is published before its head moves), a read of
-// each page of the ring it reads. So the mappings that the first pass of collectives through a
-// fresh ring would build page by page are built in setup instead: a minor fault per page and side
-// on bare metal, and where the guest's page tables are shadowed by a hypervisor a trap to it per
-// page and side, which made each of the first 256 4 KiB allreduces between 2 ranks take 30 µs
-// instead of 2 (BENCHMARKS.md, shared memory). The reads race with the peer's first writes, and
-// their values are dropped: not instrumented by ThreadSanitizer for that reason.
-__attribute__((no_sanitize("thread"))) void touch_pages(uint8_t* out, const uint8_t* in,
-                                                        size_t bytes) {
+// Touches every page of one ring once, writing the byte already there (the ring this side writes:
+// nothing is published before its head moves) or reading it (the ring it reads; the value is
+// dropped). So the mappings that the first pass of collectives through a fresh ring would build
+// page by page are built at once: a minor fault per page and side on bare metal, and where the
+// guest's page tables are shadowed by a hypervisor a trap to it per page and side, which made each
+// of the first 256 4 KiB allreduces between 2 ranks take 30 µs instead of 2 (BENCHMARKS.md, shared
+// memory). Done on a direction's first use, not in setup: a world of n ranks on a host sets up
+// n - 1 pairs per rank and its algorithms use a few of them (a ring 2, halving-doubling 2 log2 n);
+// touching every ring in setup made 32 ranks on 2 CPUs take 1.15-1.27 s to set up against
+// 0.63-0.71 s this way, and mapped all of the host's rings in every rank. A read races with the peer's first writes and its value is dropped: not
+// instrumented by ThreadSanitizer for that reason.
+__attribute__((no_sanitize("thread"))) void touch_pages(uint8_t* ring, size_t bytes, bool write) {
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   for (size_t i = 0; i < bytes; i += page) {
-    volatile uint8_t* w = out + i;
-    *w = *w;
-    [[maybe_unused]] uint8_t r = *static_cast<const volatile uint8_t*>(in + i);
+    volatile uint8_t* p = ring + i;
+    if (write) {
+      *p = *p;
+    } else {
+      [[maybe_unused]] uint8_t r = *p;
+    }
   }
 }
 
@@ -294,7 +299,6 @@ ShmPair::ShmPair(int peer, net::Socket doorbell, ShmSegment segment, bool creato
   out_->cookie_addr.store(reinterpret_cast<uintptr_t>(&direct_cookie_), std::memory_order_relaxed);
   out_->cookie_value.store(direct_cookie_, std::memory_order_relaxed);
   out_->writer_pid.store(static_cast<int32_t>(::getpid()), std::memory_order_relaxed);
-  touch_pages(out_data_, in_data_, cap_);
 }
 
 ShmPair::~ShmPair() {
@@ -372,6 +376,10 @@ void ShmPair::drain_doorbell() {
 
 size_t ShmPair::send_some(const iovec* iov, int n, Delivery delivery) {
   if (gone()) closed();
+  if (!out_touched_) {
+    touch_pages(out_data_, cap_, true);
+    out_touched_ = true;
+  }
   if (direct_outstanding() || (delivery == Delivery::Rendezvous && post_direct(iov, n))) {
     const size_t k = direct_progress(iov, n);
     if (k > 0 || direct_outstanding()) return k;
@@ -395,6 +403,7 @@ size_t ShmPair::send_some(const iovec* iov, int n, Delivery delivery) {
 
 size_t ShmPair::recv_some(void* p, size_t n) {
   if (shut_.load(std::memory_order_relaxed)) closed();
+  touch_in();
   // Described bytes follow the ring's: looking at the description before the ring's head means
   // that the ring's bytes written before it are seen too, and read first.
   const bool described = direct_readable();
@@ -417,11 +426,18 @@ size_t ShmPair::recv_some(void* p, size_t n) {
 size_t ShmPair::peek(const uint8_t** p) {
   *p = nullptr;
   if (shut_.load(std::memory_order_relaxed)) closed();
+  touch_in();
   const size_t avail = readable();
   if (avail == 0) return 0;
   const size_t at = static_cast<size_t>(in_->tail.load(std::memory_order_relaxed)) & (cap_ - 1);
   *p = in_data_ + at;
   return std::min(avail, cap_ - at);
+}
+
+void ShmPair::touch_in() {
+  if (in_touched_) return;
+  touch_pages(in_data_, cap_, false);
+  in_touched_ = true;
 }
 
 void ShmPair::consume(size_t n) {

@@ -120,6 +120,8 @@ class ShmPair final : public Pair {
   // Receiver: whether this process can read the sender's memory (reads the sender's cookie).
   bool can_read_sender(std::string* why);
   void refuse_direct(const std::string& why);
+  // Touches every page of the ring this side reads, once.
+  void touch_in();
   // Reads whatever bytes the doorbell holds; notices the peer closing it.
   void drain_doorbell();
   [[noreturn]] void closed() const;
@@ -135,6 +137,10 @@ class ShmPair final : public Pair {
   uint8_t* out_data_ = nullptr;
   uint8_t* in_data_ = nullptr;
   size_t cap_ = 0;
+  // Whether this side has touched every page of the ring it writes, of the ring it reads (each
+  // on its direction's first use; one thread drives a direction at a time).
+  bool out_touched_ = false;
+  bool in_touched_ = false;
   bool peer_closed_ = false;
   // Single copy, sending side: the least bytes worth it (0: off), the outstanding description
   // (stream counters of bytes described: [direct_reported_, direct_end_) not yet reported to the
