@@ -347,16 +347,23 @@ class NamespaceFiles {
   std::vector<int> fds_;
 };
 
-// What the ranks run: cohort-comm beside this binary when it is there (the same commands without
-// libtorch, which each of hundreds of ranks would otherwise load), else this binary.
+// cohort-comm beside this binary, unless this is it: the same commands without libtorch, which
+// each of hundreds of ranks would otherwise load.
+std::optional<std::string> comm_binary_beside() {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return std::nullopt;
+  const std::filesystem::path comm = self.parent_path() / "cohort-comm";
+  if (comm == self || ::access(comm.c_str(), X_OK) != 0) return std::nullopt;
+  return comm.string();
+}
+
+// What the ranks run: cohort-comm when it is there, else this binary.
 std::string rank_binary() {
   std::error_code ec;
   const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    const std::filesystem::path comm = self.parent_path() / "cohort-comm";
-    if (::access(comm.c_str(), X_OK) == 0) return comm.string();
-  }
-  return "/proc/self/exe";
+  if (!ec && self.filename() == "cohort-comm") return self.string();
+  return comm_binary_beside().value_or("/proc/self/exe");
 }
 
 bool succeeded(const Rank& r) {
@@ -545,6 +552,20 @@ int bench_main(int argc, char** argv) {
     int r = static_cast<int>(a.get_int("worker-rank", -1));
     if (r < 0 || r >= o.ranks) throw ConfigError("--worker-rank out of range: " + *rank);
     return run_bench_worker(o, r, a.get_or("store", ""));
+  }
+  // The launcher forks every rank, and a fork copies the page tables of the process it forks:
+  // from this binary, with libtorch mapped, 4 ms each on this 2-CPU machine, which with each
+  // child's teardown of that copy spread 32 ranks' starts over 0.55 s. So the launcher is
+  // cohort-comm too when it is there.
+  if (const auto comm = comm_binary_beside()) {
+    std::vector<char*> args{const_cast<char*>("cohort"), const_cast<char*>("bench")};
+    for (int i = 1; i < argc; ++i) args.push_back(argv[i]);
+    args.push_back(nullptr);
+    std::fflush(nullptr);
+    ::execv(comm->c_str(), args.data());
+    std::fprintf(stderr,
+                 "cohort bench: warning: could not run %s (%s); launching from this binary\n",
+                 comm->c_str(), std::strerror(errno));
   }
   return launch(a, o);
 }
