@@ -127,8 +127,9 @@ std::shared_ptr<ShmSegment::Mapping> map(int fd, size_t size, const std::string&
 // memory). Done on a direction's first use, not in setup: a world of n ranks on a host sets up
 // n - 1 pairs per rank and its algorithms use a few of them (a ring 2, halving-doubling 2 log2 n);
 // touching every ring in setup made 32 ranks on 2 CPUs take 1.15-1.27 s to set up against
-// 0.63-0.71 s this way, and mapped all of the host's rings in every rank. A read races with the peer's first writes and its value is dropped: not
-// instrumented by ThreadSanitizer for that reason.
+// 0.63-0.71 s this way, and mapped all of the host's rings in every rank. A read races with the
+// peer's first writes and its value is dropped: not instrumented by ThreadSanitizer for that
+// reason.
 __attribute__((no_sanitize("thread"))) void touch_pages(uint8_t* ring, size_t bytes, bool write) {
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   for (size_t i = 0; i < bytes; i += page) {
