@@ -110,20 +110,19 @@ class EtcdCluster {
     held.clear();
     run_dir_ = dir_ / std::to_string(attempt);
     std::filesystem::create_directories(run_dir_);
-    const std::filesystem::path& dir = run_dir_;
     for (int i = 0; i < members; ++i) {
       elastic::SpawnOptions o;
       o.executable = kEtcd;
-      o.args = {"--name", name(i), "--data-dir", (dir / name(i)).string(), "--listen-client-urls",
-                url_of(client_ports_[i]), "--advertise-client-urls", url_of(client_ports_[i]),
-                "--listen-peer-urls", url_of(peer_ports_[i]), "--initial-advertise-peer-urls",
-                url_of(peer_ports_[i]), "--initial-cluster", initial, "--initial-cluster-state",
-                "new", "--initial-cluster-token",
-                dir_.filename().string() + "-" + dir.filename().string(),
+      o.args = {"--name", name(i), "--data-dir", (run_dir_ / name(i)).string(),
+                "--listen-client-urls", url_of(client_ports_[i]), "--advertise-client-urls",
+                url_of(client_ports_[i]), "--listen-peer-urls", url_of(peer_ports_[i]),
+                "--initial-advertise-peer-urls", url_of(peer_ports_[i]), "--initial-cluster",
+                initial, "--initial-cluster-state", "new", "--initial-cluster-token",
+                dir_.filename().string() + "-" + std::to_string(attempt),
                 // Elections within a second, as on a LAN.
                 "--heartbeat-interval", "50", "--election-timeout", "500", "--logger", "zap",
                 "--log-level", "error"};
-      o.stdout_path = (dir / (name(i) + ".log")).string();
+      o.stdout_path = (run_dir_ / (name(i) + ".log")).string();
       o.stderr_path = o.stdout_path;
       procs_.push_back(elastic::ChildProcess::spawn(o));
     }

@@ -358,11 +358,9 @@ std::optional<std::string> comm_binary_beside() {
   return comm.string();
 }
 
-// What the ranks run: cohort-comm when it is there, else this binary.
+// What the ranks run: cohort-comm beside this binary, else this binary (cohort-comm itself once
+// the launcher runs as it).
 std::string rank_binary() {
-  std::error_code ec;
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec && self.filename() == "cohort-comm") return self.string();
   return comm_binary_beside().value_or("/proc/self/exe");
 }
 

@@ -377,10 +377,7 @@ void ShmPair::drain_doorbell() {
 
 size_t ShmPair::send_some(const iovec* iov, int n, Delivery delivery) {
   if (gone()) closed();
-  if (!out_touched_) {
-    touch_pages(out_data_, cap_, true);
-    out_touched_ = true;
-  }
+  touch_out();
   if (direct_outstanding() || (delivery == Delivery::Rendezvous && post_direct(iov, n))) {
     const size_t k = direct_progress(iov, n);
     if (k > 0 || direct_outstanding()) return k;
@@ -433,6 +430,12 @@ size_t ShmPair::peek(const uint8_t** p) {
   const size_t at = static_cast<size_t>(in_->tail.load(std::memory_order_relaxed)) & (cap_ - 1);
   *p = in_data_ + at;
   return std::min(avail, cap_ - at);
+}
+
+void ShmPair::touch_out() {
+  if (out_touched_) return;
+  touch_pages(out_data_, cap_, true);
+  out_touched_ = true;
 }
 
 void ShmPair::touch_in() {

@@ -120,7 +120,8 @@ class ShmPair final : public Pair {
   // Receiver: whether this process can read the sender's memory (reads the sender's cookie).
   bool can_read_sender(std::string* why);
   void refuse_direct(const std::string& why);
-  // Touches every page of the ring this side reads, once.
+  // Touch every page of the ring this side writes, of the ring it reads, once each.
+  void touch_out();
   void touch_in();
   // Reads whatever bytes the doorbell holds; notices the peer closing it.
   void drain_doorbell();
