@@ -162,20 +162,72 @@ TEST(AllreduceStats, RingMovesTwiceTheBufferTimesNMinusOneOverN) {
 
 TEST(AllreduceAuto, PicksRecursiveDoublingForTinyHalvingDoublingForSmallAndRingForLarge) {
   // Only the shape of the rule is fixed here; the thresholds are tuned by measurement.
-  EXPECT_EQ(choose_allreduce(1 << 10, 2), Algorithm::RecursiveDoubling);
-  EXPECT_EQ(choose_allreduce(1 << 10, 8), Algorithm::RecursiveDoubling);
-  EXPECT_EQ(choose_allreduce(kRecursiveDoublingMaxBytes + 4, 8), Algorithm::HalvingDoubling);
-  EXPECT_EQ(choose_allreduce(64 << 20, 8), Algorithm::Ring);
-  EXPECT_EQ(choose_allreduce(64 << 20, 3), Algorithm::Ring);
+  EXPECT_EQ(choose_allreduce(1 << 10, {.size = 2}), Algorithm::RecursiveDoubling);
+  EXPECT_EQ(choose_allreduce(1 << 10, {.size = 8}), Algorithm::RecursiveDoubling);
+  EXPECT_EQ(choose_allreduce(kRecursiveDoublingMaxBytes + 4, {.size = 8}),
+            Algorithm::HalvingDoubling);
+  EXPECT_EQ(choose_allreduce(64 << 20, {.size = 8}), Algorithm::Ring);
+  EXPECT_EQ(choose_allreduce(64 << 20, {.size = 3}), Algorithm::Ring);
 }
 
 TEST(AllreduceAuto, PicksHierarchicalAboveRecursiveDoublingWhenHostsHoldSeveralRanks) {
-  EXPECT_EQ(choose_allreduce(64 << 20, 8, 2, 4), Algorithm::Hierarchical);
-  EXPECT_EQ(choose_allreduce(kRecursiveDoublingMaxBytes + 4, 4, 2, 2), Algorithm::Hierarchical);
-  EXPECT_EQ(choose_allreduce(1 << 10, 8, 2, 4), Algorithm::RecursiveDoubling);
+  const WorldShape two_by_four{.size = 8, .hosts = 2, .max_local = 4, .shared_memory = true};
+  EXPECT_EQ(choose_allreduce(64 << 20, two_by_four), Algorithm::Hierarchical);
+  EXPECT_EQ(
+      choose_allreduce(kRecursiveDoublingMaxBytes + 4, {.size = 4, .hosts = 2, .max_local = 2}),
+      Algorithm::Hierarchical);
+  EXPECT_EQ(choose_allreduce(1 << 10, two_by_four), Algorithm::RecursiveDoubling);
   // One rank per host, or one host: nothing to gain over the flat algorithms.
-  EXPECT_EQ(choose_allreduce(64 << 20, 8, 8, 1), Algorithm::Ring);
-  EXPECT_EQ(choose_allreduce(64 << 20, 8, 1, 8), Algorithm::Ring);
+  EXPECT_EQ(choose_allreduce(64 << 20, {.size = 8, .hosts = 8}), Algorithm::Ring);
+  EXPECT_EQ(choose_allreduce(64 << 20, {.size = 8, .max_local = 8}), Algorithm::Ring);
+}
+
+TEST(AllreduceAuto, OverSharedMemoryTheRingTakesOverAtAFixedSizeNotOneGrowingWithRanks) {
+  // Over TCP the crossover grows with n(n - 1); over shared memory it does not.
+  for (int n : {4, 16, 32, 64}) {
+    const WorldShape shm{.size = n, .max_local = n, .shared_memory = true};
+    EXPECT_EQ(choose_allreduce(kSharedMemoryRingMinBytes - 4, shm), Algorithm::HalvingDoubling)
+        << n;
+    EXPECT_EQ(choose_allreduce(kSharedMemoryRingMinBytes, shm), Algorithm::Ring) << n;
+  }
+  EXPECT_EQ(choose_allreduce(kSharedMemoryRingMinBytes, {.size = 32, .max_local = 32}),
+            Algorithm::HalvingDoubling);
+  // Across hosts the hosts' links decide, whatever carries the pairs within one.
+  EXPECT_EQ(
+      choose_allreduce(kSharedMemoryRingMinBytes, {.size = 32, .hosts = 32, .shared_memory = true}),
+      Algorithm::HalvingDoubling);
+}
+
+// What the communicator resolves Auto to is what its flight record shows: on one host it weighs
+// whether every rank put its pairs on shared memory, alike on every rank (a world of mixed settings
+// resolves as TCP, so its ranks still agree).
+TEST(AllreduceAuto, CommunicatorWeighsSharedMemoryAlikeOnEveryRank) {
+  constexpr int kRanks = 16;
+  const size_t count = kSharedMemoryRingMinBytes / sizeof(float);
+  struct Case {
+    Wires wires;
+    bool lazy;  // pairs connected on first use: the flag travels with the rendezvous, not the pairs
+    Algorithm expected;
+  };
+  for (const Case& c :
+       {Case{Wires::Shm, false, Algorithm::Ring}, Case{Wires::Shm, true, Algorithm::Ring},
+        Case{Wires::Tcp, false, Algorithm::HalvingDoubling},
+        Case{Wires::Mixed, false, Algorithm::HalvingDoubling},
+        Case{Wires::Mixed, true, Algorithm::HalvingDoubling}}) {
+    World world(kRanks, c.wires, [&](CommConfig& config) {
+      if (c.lazy) config.connect_all_up_to = 1;
+    });
+    world.run([&](int r, Communicator& comm) {
+      std::vector<uint8_t> buf = testing::make_input(DType::F32, r, count);
+      comm.allreduce(Buffer{DType::F32, buf.data(), count}, {})->wait();
+      EXPECT_TRUE(testing::matches_reduction(DType::F32, ReduceOp::Sum, kRanks, buf.data(), count))
+          << "rank " << r;
+      const FlightSnapshot s = comm.flight_recorder().snapshot();
+      ASSERT_EQ(s.records.size(), 1u);
+      EXPECT_EQ(s.records[0].algorithm, c.expected)
+          << testing::wires_name(c.wires) << (c.lazy ? " on first use" : "") << ", rank " << r;
+    });
+  }
 }
 
 }  // namespace

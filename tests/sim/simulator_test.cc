@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "cohort/base/error.h"
+#include "cohort/comm/algorithms.h"
 #include "cohort/sim/closed_form.h"
 #include "cohort/sim/flows.h"
 #include "cohort/sim/plan.h"
@@ -165,6 +166,18 @@ TEST(Simulate, RanksOnOneHostShareItsLinkInTheHierarchicalAllreduce) {
   // so S bytes over the link each way in all.
   EXPECT_NEAR(got.exposed_comm_s, static_cast<double>(S) * 1e-9, 0.05 * S * 1e-9);
   EXPECT_NEAR(got.link_bytes, static_cast<double>(S), 64);
+}
+
+TEST(Simulate, AutoResolvesAsTheCommunicatorDoesOverWhatCarriesTheHostsPairs) {
+  // One bucket of 1 MiB on 16 ranks of one host: the ring over shared memory, halving-doubling
+  // over TCP (choose_allreduce), and over TCP too where the profile has no shared memory.
+  Profile p = round_profile({grad(comm::kSharedMemoryRingMinBytes, 0.020)}, 0.020);
+  const Layout l{.workers = 16, .ranks_per_host = 16};
+  EXPECT_EQ(simulate(p, l, {}).algorithms, std::vector<std::string>{"ring"});
+  EXPECT_EQ(simulate(p, l, {.transport = comm::Transport::Tcp}).algorithms,
+            std::vector<std::string>{"halving_doubling"});
+  p.shm.reset();
+  EXPECT_EQ(simulate(p, l, {}).algorithms, std::vector<std::string>{"halving_doubling"});
 }
 
 TEST(Simulate, OneWorkerAloneIsFullyEfficient) {

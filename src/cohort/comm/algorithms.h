@@ -152,9 +152,21 @@ struct Blocks {
 
 // Auto uses recursive doubling up to this many bytes (see allreduce_auto.cc).
 inline constexpr size_t kRecursiveDoublingMaxBytes = size_t{32} << 10;
-// Which allreduce algorithm Auto picks for `bytes` on `size` ranks spread over `hosts` hosts, the
-// most crowded of which holds `max_local` of them.
-Algorithm choose_allreduce(size_t bytes, int size, int hosts = 1, int max_local = 1);
+// On one host over shared memory, Auto uses the ring from this many bytes on (see
+// allreduce_auto.cc).
+inline constexpr size_t kSharedMemoryRingMinBytes = size_t{1} << 20;
+
+// What Auto weighs besides the size of the buffer: how many ranks, on how many hosts, the most
+// crowded of which holds max_local of them, and whether pairs of ranks on one host talk over
+// shared memory.
+struct WorldShape {
+  int size = 1;
+  int hosts = 1;
+  int max_local = 1;
+  bool shared_memory = false;
+};
+// Which allreduce algorithm Auto picks for `bytes` on `world`.
+Algorithm choose_allreduce(size_t bytes, const WorldShape& world);
 
 // Runs the allreduce `algo` (not Auto: choose_allreduce picks for it), as the communicator does.
 void allreduce_with(OpContext& ctx, Buffer buf, ReduceOp op, Algorithm algo);

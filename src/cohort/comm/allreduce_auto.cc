@@ -22,6 +22,18 @@
 //   2 ranks:  4 KiB 87 / 56    16 KiB 87 / 65    64 KiB 111 / 108   256 KiB 263 / 269
 //   4 ranks:  4 KiB 295 / 220  16 KiB 320 / 262  64 KiB 413 / 465   256 KiB 980 / 1260
 //
+// On one host over shared memory a step costs microseconds, not a round trip through the kernel,
+// and the ring's many small steps stop dominating much earlier: the crossover no longer grows with
+// n. Measured with `cohort bench allreduce` (shared memory, 2 cores, so from 4 ranks on each rank
+// waits its turn for a CPU), median µs, the range of 2-5 interleaved runs, ring / halving-doubling:
+//            512 KiB                    1 MiB                        2 MiB
+//   4 ranks:   423-773 / 205-304          261-361 / 372-461            660-939 / 817-979
+//   8 ranks: 1041-1063 / 842-899        1413-1816 / 1525-1674        2149-2288 / 2655-2890
+//  16 ranks: 3099-3260 / 2582-2937      4146-6274 / 3721-5793        5885-8017 / 7310-11774
+//  32 ranks: 7894-8678 / 6355-6793     8216-11067 / 9831-16824     15981-17295 / 20543-20592
+// so halving-doubling below 1 MiB and the ring from there (kSharedMemoryRingMinBytes), where the
+// rule for TCP would keep halving-doubling up to 3.75 MiB at 16 ranks and 15.5 MiB at 32.
+//
 // Across hosts, once the bytes count (above recursive doubling's range), the hierarchical
 // allreduce: each host link then carries 2(H-1)/H of the buffer each way instead of the flat
 // ring's 2(n-1)/n, and the steps between ranks of one host run over shared memory
@@ -30,12 +42,15 @@
 
 namespace cohort::comm {
 
-Algorithm choose_allreduce(size_t bytes, int size, int hosts, int max_local) {
-  if (size > 1 && bytes <= kRecursiveDoublingMaxBytes) return Algorithm::RecursiveDoubling;
-  if (hosts > 1 && max_local > 1) return Algorithm::Hierarchical;
-  if (size <= 2) return Algorithm::Ring;
-  const size_t n = static_cast<size_t>(size);
-  return bytes <= n * (n - 1) * (size_t{16} << 10) ? Algorithm::HalvingDoubling : Algorithm::Ring;
+Algorithm choose_allreduce(size_t bytes, const WorldShape& world) {
+  if (world.size > 1 && bytes <= kRecursiveDoublingMaxBytes) return Algorithm::RecursiveDoubling;
+  if (world.hosts > 1 && world.max_local > 1) return Algorithm::Hierarchical;
+  if (world.size <= 2) return Algorithm::Ring;
+  const size_t n = static_cast<size_t>(world.size);
+  const size_t crossover = world.hosts == 1 && world.shared_memory
+                               ? kSharedMemoryRingMinBytes
+                               : n * (n - 1) * (size_t{16} << 10) + 1;
+  return bytes < crossover ? Algorithm::HalvingDoubling : Algorithm::Ring;
 }
 
 void allreduce_with(OpContext& ctx, Buffer buf, ReduceOp op, Algorithm algo) {

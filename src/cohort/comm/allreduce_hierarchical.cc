@@ -102,7 +102,8 @@ void allreduce_hierarchical(OpContext& ctx, Buffer buf, ReduceOp op) {
       OpContext across = ctx.within(p.holders);
       const Buffer piece{buf.dtype, buf.byte_ptr() + p.off * es, p.len};
       const int H = static_cast<int>(hosts.size());
-      allreduce_flat(across, piece, summing, choose_allreduce(piece.bytes(), H));
+      allreduce_flat(across, piece, summing,
+                     choose_allreduce(piece.bytes(), WorldShape{.size = H, .hosts = H}));
     }
   }
   if (op == ReduceOp::Avg) {

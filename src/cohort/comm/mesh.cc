@@ -219,7 +219,12 @@ std::unique_ptr<Mesh> Mesh::connect(store::Store& store, const CommConfig& o) {
   Setup setup(store, o);
   std::vector<PeerLink> links = setup.run();
   std::vector<std::string> hosts(n);
-  for (size_t r = 0; r < n; ++r) hosts[r] = links[r].host;
+  m->shm_everywhere_ = o.transport != Transport::Tcp;
+  for (size_t r = 0; r < n; ++r) {
+    if (static_cast<int>(r) == o.rank) continue;
+    hosts[r] = links[r].host;
+    m->shm_everywhere_ = m->shm_everywhere_ && links[r].shm;
+  }
   hosts[static_cast<size_t>(o.rank)] = this_host(o);
   m->set_hosts(hosts);
   auto pairs = make_pairs(o, links, setup.deadline());

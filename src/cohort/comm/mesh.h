@@ -71,6 +71,10 @@ class Mesh {
   // numbered 0, 1, ... in the order of their lowest rank.
   int host_of(int r) const { return host_of_[static_cast<size_t>(r)]; }
   int hosts() const { return hosts_; }
+  // Whether every rank of the world would put a pair on its host on shared memory (none was set to
+  // Transport::Tcp): the same on every rank, so what Auto weighs (a pair that fell back to TCP
+  // because /dev/shm is too small does not change it).
+  bool shared_memory_everywhere() const { return shm_everywhere_; }
   // The pair to peer r (r != rank()), connected first if it is not yet: StallError(r) when that
   // does not happen by `deadline`, PeerLostError(r) when the peer refuses, AbortedError after
   // shutdown_all(). Only the thread running the operation in flight calls it.
@@ -115,6 +119,7 @@ class Mesh {
   int ranks_on_this_host_ = 1;
   std::vector<int> host_of_{0};
   int hosts_ = 1;
+  bool shm_everywhere_ = false;
   mutable std::mutex mu_;  // pairs_, closed_ (ready_ is written under it)
   std::vector<std::unique_ptr<transport::Pair>> pairs_;
   std::vector<std::unique_ptr<FrameSeal>> seals_;  // written before ready_, read after it

@@ -33,7 +33,9 @@ Mesh::Lazy::Lazy(Mesh& mesh, store::Store& store, const CommConfig& o)
   thread_ = std::thread([this] { accept_loop(); });
   try {
     publish_address(store_, o_, door_->port());
-    store_.set(key("joined/" + std::to_string(o.rank)), store::to_bytes(this_host(o)));
+    store_.set(
+        key("joined/" + std::to_string(o.rank)),
+        store::to_bytes(this_host(o) + (o.transport != Transport::Tcp ? " shm=1" : " shm=0")));
     rendezvous(deadline);
   } catch (...) {
     stop();
@@ -79,14 +81,23 @@ void Mesh::Lazy::rendezvous(Deadline deadline) {
     }
     std::unordered_map<std::string, int> number;
     std::string world;
+    bool shm = true;
     for (size_t r = 0; r < n; ++r) {
-      const std::string host = store::to_string(store_.get(keys[r]));
+      const std::string joined = store::to_string(store_.get(keys[r]));
+      const size_t space = joined.rfind(' ');
+      const std::string flag = space == std::string::npos ? "" : joined.substr(space + 1);
+      if (flag != "shm=1" && flag != "shm=0") {
+        throw ProtocolError("communicator setup: malformed record of rank " + std::to_string(r) +
+                            " joining");
+      }
+      shm = shm && flag == "shm=1";
+      const std::string host = joined.substr(0, space);
       const int h = number.try_emplace(host, static_cast<int>(number.size())).first->second;
-      if (r) world += ' ';
-      world += std::to_string(h);
+      world += std::to_string(h) + ' ';
       hosts[r] = std::to_string(h);
     }
-    store_.set(key("world"), store::to_bytes(world));
+    mesh_.shm_everywhere_ = shm;
+    store_.set(key("world"), store::to_bytes(world + (shm ? "shm=1" : "shm=0")));
   } else {
     try {
       store_.wait({key("world")}, deadline.remaining());
@@ -99,6 +110,11 @@ void Mesh::Lazy::rendezvous(Deadline deadline) {
       if (!(in >> h) || h < 0) throw ProtocolError("communicator setup: malformed world record");
       hosts[r] = std::to_string(h);
     }
+    std::string flag;
+    if (!(in >> flag) || (flag != "shm=1" && flag != "shm=0")) {
+      throw ProtocolError("communicator setup: malformed world record");
+    }
+    mesh_.shm_everywhere_ = flag == "shm=1";
   }
   mesh_.set_hosts(hosts);
   local_pairs_ = pairs_of_host(mesh_.ranks_on_this_host());

@@ -1,9 +1,10 @@
 // Internal to the mesh: a mesh that connects each pair on first use (worlds above
 // CommConfig::connect_all_up_to).
 //
-// Rendezvous: every rank publishes its listener's address ("<prefix>/addr/<rank>") and its host
-// identity ("<prefix>/joined/<rank>"). Rank 0 waits for all of them and publishes every rank's host
-// number ("<prefix>/world"); the others wait for that one key. So setup costs the store O(n)
+// Rendezvous: every rank publishes its listener's address ("<prefix>/addr/<rank>"), its host
+// identity and whether it would use shared memory ("<prefix>/joined/<rank>": "<host> shm=1").
+// Rank 0 waits for all of them and publishes every rank's host number and whether all of them
+// would use shared memory ("<prefix>/world": "0 0 1 1 shm=1"); the others wait for that one key. So setup costs the store O(n)
 // operations in all, and a rank that never joins is named by every rank.
 //
 // Connecting: the rank whose operation first needs a pair dials; a thread of the mesh (the

@@ -46,10 +46,13 @@ bool decode_record(const std::string& s, int* culprit, std::string* what) {
   return true;
 }
 
-int most_ranks_on_a_host(const Mesh& mesh) {
+WorldShape shape_of(const Mesh& mesh) {
   std::vector<int> per_host(static_cast<size_t>(mesh.hosts()), 0);
   for (int r = 0; r < mesh.size(); ++r) ++per_host[static_cast<size_t>(mesh.host_of(r))];
-  return *std::max_element(per_host.begin(), per_host.end());
+  return WorldShape{.size = mesh.size(),
+                    .hosts = mesh.hosts(),
+                    .max_local = *std::max_element(per_host.begin(), per_host.end()),
+                    .shared_memory = mesh.shared_memory_everywhere()};
 }
 
 }  // namespace
@@ -106,7 +109,7 @@ TcpCommunicator::TcpCommunicator(store::Store& store, const CommConfig& config,
       spin_(mesh_->size() > 1 && mesh_->ranks_on_this_host() <= usable_cpus(config)
                 ? config.spin_wait
                 : Clock::duration{}),
-      max_ranks_per_host_(most_ranks_on_a_host(*mesh_)) {
+      shape_(shape_of(*mesh_)) {
   recorder_->restart();
   thread_ = std::thread([this] { loop(); });
 }
@@ -229,7 +232,7 @@ std::shared_ptr<Work> TcpCommunicator::allreduce(Buffer buf, const AllreduceOpti
   check_reduction(buf.dtype, opts.op, "allreduce");
   Algorithm algo = opts.algorithm;
   if (algo == Algorithm::Auto) {
-    algo = choose_allreduce(buf.bytes(), size(), mesh_->hosts(), max_ranks_per_host_);
+    algo = choose_allreduce(buf.bytes(), shape_);
   }
   const ReduceOp op = opts.op;
   Op shape;

@@ -135,7 +135,7 @@ class TcpCommunicator final : public Communicator {
   // spin_wait, or 0 where this host has fewer CPUs than ranks: every wait of a small operation
   // spins this long, and every wait of a large one on a shared-memory pair.
   const std::chrono::nanoseconds spin_;
-  const int max_ranks_per_host_;  // what Auto weighs for the hierarchical allreduce
+  const WorldShape shape_;  // what Auto weighs besides the size
   std::thread thread_;
 };
 

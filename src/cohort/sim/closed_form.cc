@@ -61,7 +61,7 @@ double closed_form_step_s(const Profile& p, const Layout& l, const Choice& choic
   const double slow =
       (c.on_device ? 1.0 : std::max(1.0, static_cast<double>(sharing) * c.threads / p.cores)) *
       compute_slowdown(p, l);
-  const LinkCost& within = (choice.transport != comm::Transport::Tcp && p.shm) ? *p.shm : p.tcp;
+  const LinkCost& within = within_host_link(p, choice);
   LinkCost across = p.network;
   if (l.link_bytes_per_s) across.bytes_per_s = *l.link_bytes_per_s;
   if (l.link_latency_s) across.latency_s = *l.link_latency_s;
@@ -93,7 +93,8 @@ double closed_form_step_s(const Profile& p, const Layout& l, const Choice& choic
   auto collective = [&](double bytes) {
     if (n == 1) return 0.0;
     const double b = bytes * (bytes >= choice.compression.min_bytes ? wire : 1);
-    const comm::Algorithm a = resolve_algorithm(choice.algorithm, static_cast<size_t>(bytes), host_of);
+    const comm::Algorithm a = resolve_algorithm(choice.algorithm, static_cast<size_t>(bytes),
+                                                host_of, shared_memory_within_host(p, choice));
     if (a == comm::Algorithm::Hierarchical && hosts > 1 && local > 1) {
       // Within the host (a ring's halves over L ranks), across the hosts (L pieces at once
       // sharing each host's link), within again.
@@ -101,7 +102,9 @@ double closed_form_step_s(const Profile& p, const Layout& l, const Choice& choic
       const Costs shared{net.alpha, net.beta * local, net.gamma};
       const double ring_half = (local - 1) * (in_host.alpha + piece * in_host.beta);
       return 2 * ring_half + local * piece * in_host.gamma +
-             flat_s(comm::choose_allreduce(static_cast<size_t>(piece), hosts), hosts, piece, shared);
+             flat_s(comm::choose_allreduce(static_cast<size_t>(piece),
+                                           {.size = hosts, .hosts = hosts}),
+                    hosts, piece, shared);
     }
     const Costs& costs = hosts > 1 ? net : in_host;
     // Avg divides what each rank holds once reduced: a block of the ring's and halving-doubling's,

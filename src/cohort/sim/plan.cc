@@ -161,10 +161,12 @@ int host_count(const std::vector<int>& host_of) {
 }  // namespace
 
 comm::Algorithm resolve_algorithm(comm::Algorithm algorithm, size_t bytes,
-                                  const std::vector<int>& host_of) {
+                                  const std::vector<int>& host_of, bool shared_memory) {
   if (algorithm != comm::Algorithm::Auto) return algorithm;
-  return comm::choose_allreduce(bytes, static_cast<int>(host_of.size()), host_count(host_of),
-                                max_local(host_of));
+  return comm::choose_allreduce(bytes, {.size = static_cast<int>(host_of.size()),
+                                        .hosts = host_count(host_of),
+                                        .max_local = max_local(host_of),
+                                        .shared_memory = shared_memory});
 }
 
 std::vector<RankPlan> plan_collective(const CollectiveSpec& spec, const std::vector<int>& host_of,
@@ -175,7 +177,8 @@ std::vector<RankPlan> plan_collective(const CollectiveSpec& spec, const std::vec
   const bool gather = spec.kind == CollectiveSpec::Kind::Allgather;
   Arena arena(spec.count * es * (gather ? static_cast<size_t>(n) : 1));
   std::vector<uint8_t> scratch;
-  const comm::Algorithm algo = resolve_algorithm(spec.algorithm, spec.count * es, host_of);
+  const comm::Algorithm algo =
+      resolve_algorithm(spec.algorithm, spec.count * es, host_of, spec.shared_memory);
   std::vector<RankPlan> plans;
   plans.reserve(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {

@@ -74,11 +74,12 @@ struct CollectiveSpec {
   const comm::Encoding* encoding = nullptr;  // EncodedAllreduce: sizes and wire tag of the format
   size_t chunk_bytes = 256 << 10;
   size_t ring_window = 1;
+  bool shared_memory = false;  // pairs within a host talk over shared memory (Auto weighs it)
 };
 
 // The algorithm an allreduce of `bytes` resolves to on this world (Auto's choice, else as given).
 comm::Algorithm resolve_algorithm(comm::Algorithm algorithm, size_t bytes,
-                                  const std::vector<int>& host_of);
+                                  const std::vector<int>& host_of, bool shared_memory);
 
 // Every rank's plan for `spec` on a world whose rank r is on host host_of[r] (hosts numbered in
 // the order of their lowest rank). Throws Error for a world or spec the algorithms refuse.

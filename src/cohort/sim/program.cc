@@ -56,9 +56,11 @@ class Builder {
   int op(CollectiveSpec spec, const std::string& codec) {
     spec.chunk_bytes = c_.chunk_bytes;
     const size_t bytes = spec.count * dtype_size(spec.dtype);
-    const comm::Algorithm algo = spec.kind == CollectiveSpec::Kind::Allreduce
-                                     ? resolve_algorithm(spec.algorithm, bytes, host_of_)
-                                     : comm::Algorithm::Ring;
+    spec.shared_memory = shared_memory_within_host(p_, c_);
+    const comm::Algorithm algo =
+        spec.kind == CollectiveSpec::Kind::Allreduce
+            ? resolve_algorithm(spec.algorithm, bytes, host_of_, spec.shared_memory)
+            : comm::Algorithm::Ring;
     spec.algorithm = algo;
     const auto key = std::make_tuple(static_cast<int>(spec.kind), static_cast<int>(algo),
                                      spec.count, codec);

@@ -49,6 +49,14 @@ struct Fabric {
 
 }  // namespace
 
+bool shared_memory_within_host(const Profile& p, const Choice& c) {
+  return c.transport != comm::Transport::Tcp && p.shm.has_value();
+}
+
+const LinkCost& within_host_link(const Profile& p, const Choice& c) {
+  return shared_memory_within_host(p, c) ? *p.shm : p.tcp;
+}
+
 double threads_per_core(const Profile& p, const Layout& l) {
   const int ranks = l.one_machine ? l.workers : std::min(l.ranks_per_host, l.workers);
   return static_cast<double>(ranks) * (p.compute.on_device ? 1 : p.compute.threads) / p.cores;
@@ -83,7 +91,7 @@ class Engine {
     if (c.transport == comm::Transport::Shm && !p.shm) {
       throw Error("profile " + p.name + " has no shared-memory transport (transports.shm)");
     }
-    fab_.local = (c.transport != comm::Transport::Tcp && p.shm) ? *p.shm : p.tcp;
+    fab_.local = within_host_link(p, c);
     fab_.network = p.network;
     if (l.link_bytes_per_s) fab_.network.bytes_per_s = *l.link_bytes_per_s;
     if (l.link_latency_s) fab_.network.latency_s = *l.link_latency_s;

@@ -75,6 +75,12 @@ Prediction simulate(const Profile& profile, const Layout& layout, const Choice& 
 // busy (Compute::shared_slowdown, in proportion to the other cores in use).
 double compute_slowdown(const Profile& profile, const Layout& layout);
 
+// Whether `choice` puts pairs of ranks on one host on `profile`'s shared memory (not where the
+// profile has none: the choice of Transport::Shm is then refused by simulate()).
+bool shared_memory_within_host(const Profile& profile, const Choice& choice);
+// What carries a pair of ranks on one host.
+const LinkCost& within_host_link(const Profile& profile, const Choice& choice);
+
 // The threads the ranks of one host run (on one machine, every rank's) per core of it.
 double threads_per_core(const Profile& profile, const Layout& layout);
 // How much longer than link.latency_s a message takes when its receiver's host runs `load`
