@@ -17,7 +17,8 @@
 # hierarchical allreduce (n = H x L ranks): the cost model predicts the ratio of their times.
 #
 # Environment: BENCH_SCALE_RANKS ("8 32 128 512"), BENCH_SCALE_TIMEOUT_S (120), BENCH_SCALE_ITERS
-# (10), BENCH_PARTS ("scale hierarchical"), BENCH_LAYOUTS ("2x2 2x4", HOSTSxRANKS), BENCH_RATE (1gbit), BENCH_SIZES
+# (10), BENCH_SCALE_ROUNDS (3, interleaved: every library at every size, then again; each cell
+# keeps its best median, as the hierarchical part does), BENCH_PARTS ("scale hierarchical"), BENCH_LAYOUTS ("2x2 2x4", HOSTSxRANKS), BENCH_RATE (1gbit), BENCH_SIZES
 # (1M,4M,16M,64M), BENCH_ROUNDS (2, interleaved; each configuration keeps its best median),
 # BENCH_BUILD_DIR (build/bench-compare), BENCH_OUTPUT (BENCHMARKS.md), BENCH_REPORT_ONLY=1.
 # Every configuration first waits for a quiet machine (scripts/lib/quiet.sh).
@@ -35,6 +36,7 @@ SCALE_RESULTS=$BUILD/scale-results.jsonl
 SCALE_RANKS=${BENCH_SCALE_RANKS:-8 32 128 512}
 SCALE_TIMEOUT=${BENCH_SCALE_TIMEOUT_S:-120}
 SCALE_ITERS=${BENCH_SCALE_ITERS:-10}
+SCALE_ROUNDS=${BENCH_SCALE_ROUNDS:-3}
 PARTS=${BENCH_PARTS:-scale hierarchical}
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca pml ob1)
 NC=$ROOT/scripts/netcluster.sh
@@ -68,19 +70,22 @@ scale_run() {  # LIBRARY TRANSPORT RANKS CMD...
 }
 
 measure_scale() {
-  local n common=(--sizes 4K,1M --iters "$SCALE_ITERS" --warmup 2)
+  local n round common=(--sizes 4K,1M --iters "$SCALE_ITERS" --warmup 2)
   local QUIET_LOG=$BUILD/scale-load.tsv  # wait_quiet's log for this part
   : >"$SCALE_RESULTS"
   : >"$QUIET_LOG"
-  for n in $SCALE_RANKS; do
-    scale_run cohort shm "$n" "$BUILD/cohort" bench allreduce --ranks "$n" "${common[@]}" \
-      --timeout $((SCALE_TIMEOUT * 1000)) --json
-    scale_run gloo tcp "$n" "$BUILD/bench/gloo_allreduce" --ranks "$n" "${common[@]}" \
-      --algo ring,halving_doubling
-    scale_run openmpi tcp "$n" "${MPIRUN[@]}" -np "$n" --mca btl tcp,self \
-      --mca btl_tcp_if_include lo "$BUILD/bench/mpi_allreduce" "${common[@]}" --transport tcp
-    scale_run openmpi vader "$n" "${MPIRUN[@]}" -np "$n" --mca btl vader,self \
-      "$BUILD/bench/mpi_allreduce" "${common[@]}" --transport vader
+  for ((round = 1; round <= SCALE_ROUNDS; round++)); do
+    echo "bench-scale: round $round/$SCALE_ROUNDS"
+    for n in $SCALE_RANKS; do
+      scale_run cohort shm "$n" "$BUILD/cohort" bench allreduce --ranks "$n" "${common[@]}" \
+        --timeout $((SCALE_TIMEOUT * 1000)) --json
+      scale_run gloo tcp "$n" "$BUILD/bench/gloo_allreduce" --ranks "$n" "${common[@]}" \
+        --algo ring,halving_doubling
+      scale_run openmpi tcp "$n" "${MPIRUN[@]}" -np "$n" --mca btl tcp,self \
+        --mca btl_tcp_if_include lo "$BUILD/bench/mpi_allreduce" "${common[@]}" --transport tcp
+      scale_run openmpi vader "$n" "${MPIRUN[@]}" -np "$n" --mca btl vader,self \
+        "$BUILD/bench/mpi_allreduce" "${common[@]}" --transport vader
+    done
   done
   date -u '+%Y-%m-%d %H:%M UTC' >"$BUILD/scale-date"
 }
@@ -133,7 +138,7 @@ if [[ -s $SCALE_RESULTS ]]; then
   PYTHONPATH=$ROOT/scripts/lib python3 "$ROOT/scripts/lib/scale_report.py" "$SCALE_RESULTS" \
     "$OUTPUT" "$(nproc) CPUs ($(lscpu | sed -n 's/^Model name: *//p' | head -1))" \
     "scripts/bench-scale.sh (BENCH_SCALE_RANKS=\"$SCALE_RANKS\" BENCH_SCALE_ITERS=$SCALE_ITERS \
-BENCH_SCALE_TIMEOUT_S=$SCALE_TIMEOUT)" "$(cat "$BUILD/scale-date")" "$BUILD/scale-load.tsv"
+BENCH_SCALE_ROUNDS=$SCALE_ROUNDS BENCH_SCALE_TIMEOUT_S=$SCALE_TIMEOUT)" "$(cat "$BUILD/scale-date")" "$BUILD/scale-load.tsv"
 fi
 [[ -s $RESULTS ]] || exit 0
 
