@@ -4,8 +4,9 @@
 // Rendezvous: every rank publishes its listener's address ("<prefix>/addr/<rank>"), its host
 // identity and whether it would use shared memory ("<prefix>/joined/<rank>": "<host> shm=1").
 // Rank 0 waits for all of them and publishes every rank's host number and whether all of them
-// would use shared memory ("<prefix>/world": "0 0 1 1 shm=1"); the others wait for that one key. So setup costs the store O(n)
-// operations in all, and a rank that never joins is named by every rank.
+// would use shared memory ("<prefix>/world": "0 0 1 1 shm=1"); the others wait for that one key.
+// So setup costs the store O(n) operations in all, and a rank that never joins is named by every
+// rank.
 //
 // Connecting: the rank whose operation first needs a pair dials; a thread of the mesh (the
 // acceptor) answers dials whatever the rank's own thread is doing, so two ranks never wait for
