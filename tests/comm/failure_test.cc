@@ -213,6 +213,37 @@ TEST(Failure, SetupTimeoutNamesTheMissingRankWhenPairsConnectOnFirstUse) {
   expect_setup_to_name_the_last_rank(4, 1, "ranks never joined: ");
 }
 
+// A world whose pairs connect on first use agrees on its hosts through two store records: each
+// rank's "joined/<rank>" ("<host> shm=0|1") and rank 0's "world" ("<host number of each rank>
+// shm=0|1"). A record that does not read so (a store shared with something else, another version
+// of Cohort) fails setup with a ProtocolError naming the record, never a world with wrong hosts.
+TEST(Failure, MalformedRendezvousRecordsFailSetupNamingTheRecord) {
+  const auto set_up_alone = [](store::MemoryStore& store, int rank) {
+    CommConfig c = testing::test_config(rank, 2);
+    c.timeout = 5s;
+    c.connect_all_up_to = 1;
+    return caught([&] { Communicator::create(store, c); });
+  };
+  for (const std::string joined : {"host-and-no-flag", "host shm=2", "host shm=1 ", ""}) {
+    store::MemoryStore store;
+    store.set("comm/joined/1", store::to_bytes(joined));
+    const auto error = set_up_alone(store, 0);
+    ASSERT_TRUE(error) << "rank 0 accepted joined/1 = '" << joined << "'";
+    EXPECT_THROW(std::rethrow_exception(error), ProtocolError) << message_of(error);
+    EXPECT_NE(message_of(error).find("malformed record of rank 1"), std::string::npos)
+        << message_of(error);
+  }
+  for (const std::string world : {"0 x shm=1", "0 0", "0 -1 shm=0", "0 0 shm=yes", ""}) {
+    store::MemoryStore store;
+    store.set("comm/world", store::to_bytes(world));
+    const auto error = set_up_alone(store, 1);
+    ASSERT_TRUE(error) << "rank 1 accepted world = '" << world << "'";
+    EXPECT_THROW(std::rethrow_exception(error), ProtocolError) << message_of(error);
+    EXPECT_NE(message_of(error).find("malformed world record"), std::string::npos)
+        << message_of(error);
+  }
+}
+
 TEST(Failure, ARankKilledMidCollectiveIsNamedWhenPairsConnectOnFirstUse) {
   // Rank 2 leaves the collective without a word (its connections cut, as a killed process's
   // would be): ranks that talk to it lose it, the others hear of it from them.
