@@ -59,8 +59,8 @@ test-asan-all:
 	ASAN_OPTIONS=detect_container_overflow=0:detect_leaks=0 $(MAKE) test PRESET=asan-all
 
 # libFuzzer (clang, ASan + UBSan) on every decoder that reads what others send: frames, the
-# handshake, the store protocol, job files, checkpoints, the console's HTTP API. FUZZ_SECONDS each
-# (60), FUZZ_JOBS at a time (one per CPU); scripts/fuzz.sh.
+# handshake, the store protocol, job files, checkpoints, the console's HTTP API; built in the ASan
+# tree (build/asan). FUZZ_SECONDS each (60), FUZZ_JOBS at a time (one per CPU); scripts/fuzz.sh.
 fuzz: deps
 	scripts/fuzz.sh
 

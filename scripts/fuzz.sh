@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Runs every libFuzzer target (fuzz/, built by the fuzz preset: clang, ASan + UBSan) for
-# FUZZ_SECONDS each (60), after replaying each input in fuzz/regressions/<name>/ (inputs that once
-# made it fail; each must now pass). The seed corpus fuzz/corpus/<name>/ is copied to
-# build/fuzz/corpus/<name>/, where what the fuzzer finds accumulates across runs; the repository's
-# seeds stay as they are. A crash, a leak, a sanitizer report or a hang (-timeout, 10 s an input)
-# fails the run and leaves the input in build/fuzz/findings/; copy it to fuzz/regressions/<name>/
+# Runs every libFuzzer target (fuzz/, built in the ASan + UBSan tree build/asan, whose libraries
+# carry libFuzzer's coverage instrumentation where a target reaches them: fuzz/coverage-ignorelist.txt;
+# one build of the libraries serves the tests and the fuzzers) for FUZZ_SECONDS each (60), after
+# replaying each input in fuzz/regressions/<name>/ (inputs that once made it fail; each must now
+# pass). The seed corpus fuzz/corpus/<name>/ is copied to build/asan/fuzz/corpus/<name>/, where what
+# the fuzzer finds accumulates across runs; the repository's seeds stay as they are. A crash, a
+# leak, a sanitizer report or a hang (-timeout, 10 s an input) fails the run and leaves the input in
+# build/asan/fuzz/findings/; copy it to fuzz/regressions/<name>/
 # with the fix, as a regression test. FUZZ_JOBS targets (one per CPU) run side by side, each on a
 # CPU of its own for its whole FUZZ_SECONDS.
 #
@@ -12,15 +14,16 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=$ROOT/build/fuzz
+TREE=$ROOT/build/asan
+BUILD=$TREE/fuzz
 SECONDS_EACH=${FUZZ_SECONDS:-60}
 cd "$ROOT"
-test -f "$BUILD/build.ninja" || cmake --preset fuzz >/dev/null
-cmake --build "$BUILD" --target fuzzers -j "$(nproc)"
+test -f "$TREE/build.ninja" || cmake --preset asan >/dev/null
+cmake --build "$TREE" --target fuzzers -j "$(nproc)"
 
 names=("$@")
 if ((${#names[@]} == 0)); then
-  for f in "$BUILD"/fuzz/*_fuzzer; do names+=("$(basename "${f%_fuzzer}")"); done
+  for f in "$BUILD"/*_fuzzer; do names+=("$(basename "${f%_fuzzer}")"); done
 fi
 # The largest input each target reads (a job file, an HTTP request, a checkpoint of a tiny model).
 declare -A max_len=([checkpoint]=320000 [job_config]=16384 [console_http]=16384)
@@ -32,7 +35,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # One target: its regressions replayed, then fuzzed; prints what it found and returns non-zero on
 # a finding. Runs in the background beside the others, so its output goes to its own log first.
 fuzz_one() {
-  local name=$1 bin=$BUILD/fuzz/${1}_fuzzer corpus=$BUILD/corpus/$1
+  local name=$1 bin=$BUILD/${1}_fuzzer corpus=$BUILD/corpus/$1
   if compgen -G "fuzz/regressions/$name/*" >/dev/null; then
     if ! "$bin" -runs=0 fuzz/regressions/"$name"/* >"$BUILD/$name-regressions.log" 2>&1; then
       tail -40 "$BUILD/$name-regressions.log"
@@ -55,7 +58,7 @@ fuzz_one() {
 }
 
 for name in "${names[@]}"; do
-  [[ -x $BUILD/fuzz/${name}_fuzzer ]] || { echo "fuzz: no target $name" >&2; exit 2; }
+  [[ -x $BUILD/${name}_fuzzer ]] || { echo "fuzz: no target $name" >&2; exit 2; }
 done
 jobs_max=${FUZZ_JOBS:-$(nproc)}
 declare -A pid_of=()  # running target -> its pid
