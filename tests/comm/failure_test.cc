@@ -218,29 +218,32 @@ TEST(Failure, SetupTimeoutNamesTheMissingRankWhenPairsConnectOnFirstUse) {
 // shm=0|1"). A record that does not read so (a store shared with something else, another version
 // of Cohort) fails setup with a ProtocolError naming the record, never a world with wrong hosts.
 TEST(Failure, MalformedRendezvousRecordsFailSetupNamingTheRecord) {
-  const auto set_up_alone = [](store::MemoryStore& store, int rank) {
-    CommConfig c = testing::test_config(rank, 2);
-    c.timeout = 5s;
-    c.connect_all_up_to = 1;
-    return caught([&] { Communicator::create(store, c); });
+  struct Case {
+    std::string key, value;
+    int rank;  // the rank that reads the record
+    std::string says;
   };
-  for (const std::string joined : {"host-and-no-flag", "host shm=2", "host shm=1 ", ""}) {
+  const std::vector<Case> cases = {
+      {"joined/1", "host-and-no-flag", 0, "malformed record of rank 1"},
+      {"joined/1", "host shm=2", 0, "malformed record of rank 1"},
+      {"joined/1", "host shm=1 ", 0, "malformed record of rank 1"},
+      {"joined/1", "", 0, "malformed record of rank 1"},
+      {"world", "0 x shm=1", 1, "malformed world record"},
+      {"world", "0 0", 1, "malformed world record"},
+      {"world", "0 -1 shm=0", 1, "malformed world record"},
+      {"world", "0 0 shm=yes", 1, "malformed world record"},
+      {"world", "", 1, "malformed world record"},
+  };
+  for (const Case& c : cases) {
     store::MemoryStore store;
-    store.set("comm/joined/1", store::to_bytes(joined));
-    const auto error = set_up_alone(store, 0);
-    ASSERT_TRUE(error) << "rank 0 accepted joined/1 = '" << joined << "'";
+    store.set("comm/" + c.key, store::to_bytes(c.value));
+    CommConfig config = testing::test_config(c.rank, 2);
+    config.timeout = 5s;
+    config.connect_all_up_to = 1;
+    const auto error = caught([&] { Communicator::create(store, config); });
+    ASSERT_TRUE(error) << "rank " << c.rank << " accepted " << c.key << " = '" << c.value << "'";
     EXPECT_THROW(std::rethrow_exception(error), ProtocolError) << message_of(error);
-    EXPECT_NE(message_of(error).find("malformed record of rank 1"), std::string::npos)
-        << message_of(error);
-  }
-  for (const std::string world : {"0 x shm=1", "0 0", "0 -1 shm=0", "0 0 shm=yes", ""}) {
-    store::MemoryStore store;
-    store.set("comm/world", store::to_bytes(world));
-    const auto error = set_up_alone(store, 1);
-    ASSERT_TRUE(error) << "rank 1 accepted world = '" << world << "'";
-    EXPECT_THROW(std::rethrow_exception(error), ProtocolError) << message_of(error);
-    EXPECT_NE(message_of(error).find("malformed world record"), std::string::npos)
-        << message_of(error);
+    EXPECT_NE(message_of(error).find(c.says), std::string::npos) << message_of(error);
   }
 }
 
