@@ -18,7 +18,8 @@ TREE=$ROOT/build/asan
 BUILD=$TREE/fuzz
 SECONDS_EACH=${FUZZ_SECONDS:-60}
 cd "$ROOT"
-test -f "$TREE/build.ninja" || cmake --preset asan >/dev/null
+# A tree configured before the asan preset built the fuzz targets is configured again.
+grep -qs '^COHORT_FUZZ:BOOL=ON$' "$TREE/CMakeCache.txt" || cmake --preset asan >/dev/null
 cmake --build "$TREE" --target fuzzers -j "$(nproc)"
 
 names=("$@")
