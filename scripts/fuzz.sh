@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs every libFuzzer target (fuzz/, built in the ASan + UBSan tree build/asan, whose libraries
-# carry libFuzzer's coverage instrumentation where a target reaches them: fuzz/coverage-ignorelist.txt;
-# one build of the libraries serves the tests and the fuzzers) for FUZZ_SECONDS each (60), after
+# Runs every libFuzzer target (fuzz/, built in the ASan + UBSan tree build/asan: one build of the
+# libraries serves the tests and the fuzzers; fuzz/coverage-ignorelist.txt says which code carries
+# libFuzzer's coverage instrumentation) for FUZZ_SECONDS each (60), after
 # replaying each input in fuzz/regressions/<name>/ (inputs that once made it fail; each must now
 # pass). The seed corpus fuzz/corpus/<name>/ is copied to build/asan/fuzz/corpus/<name>/, where what
 # the fuzzer finds accumulates across runs; the repository's seeds stay as they are. A crash, a

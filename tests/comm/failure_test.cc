@@ -235,11 +235,11 @@ TEST(Failure, MalformedRendezvousRecordsFailSetupNamingTheRecord) {
       {"world", "", 1, "malformed world record"},
   };
   for (const Case& c : cases) {
-    store::MemoryStore store;
-    store.set("comm/" + c.key, store::to_bytes(c.value));
     CommConfig config = testing::test_config(c.rank, 2);
     config.timeout = 5s;
     config.connect_all_up_to = 1;
+    store::MemoryStore store;
+    store.set(config.store_prefix + "/" + c.key, store::to_bytes(c.value));
     const auto error = caught([&] { Communicator::create(store, config); });
     ASSERT_TRUE(error) << "rank " << c.rank << " accepted " << c.key << " = '" << c.value << "'";
     EXPECT_THROW(std::rethrow_exception(error), ProtocolError) << message_of(error);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 
@@ -15,6 +16,21 @@
 #include "cohort/net/descriptors.h"
 
 namespace cohort::comm {
+namespace {
+
+// The last word of a rendezvous record: whether shared memory is used ("shm=1") or not ("shm=0").
+std::string shm_flag(bool shm) {
+  return shm ? "shm=1" : "shm=0";
+}
+
+// The flag `word` states; nullopt when it is neither form.
+std::optional<bool> read_shm_flag(const std::string& word) {
+  if (word == "shm=1") return true;
+  if (word == "shm=0") return false;
+  return std::nullopt;
+}
+
+}  // namespace
 
 Mesh::Lazy::Lazy(Mesh& mesh, store::Store& store, const CommConfig& o)
     : mesh_(mesh),
@@ -33,9 +49,8 @@ Mesh::Lazy::Lazy(Mesh& mesh, store::Store& store, const CommConfig& o)
   thread_ = std::thread([this] { accept_loop(); });
   try {
     publish_address(store_, o_, door_->port());
-    store_.set(
-        key("joined/" + std::to_string(o.rank)),
-        store::to_bytes(this_host(o) + (o.transport != Transport::Tcp ? " shm=1" : " shm=0")));
+    store_.set(key("joined/" + std::to_string(o.rank)),
+               store::to_bytes(this_host(o) + " " + shm_flag(o.transport != Transport::Tcp)));
     rendezvous(deadline);
   } catch (...) {
     stop();
@@ -85,19 +100,19 @@ void Mesh::Lazy::rendezvous(Deadline deadline) {
     for (size_t r = 0; r < n; ++r) {
       const std::string joined = store::to_string(store_.get(keys[r]));
       const size_t space = joined.rfind(' ');
-      const std::string flag = space == std::string::npos ? "" : joined.substr(space + 1);
-      if (flag != "shm=1" && flag != "shm=0") {
+      const auto flag = read_shm_flag(space == std::string::npos ? "" : joined.substr(space + 1));
+      if (!flag) {
         throw ProtocolError("communicator setup: malformed record of rank " + std::to_string(r) +
                             " joining");
       }
-      shm = shm && flag == "shm=1";
+      shm = shm && *flag;
       const std::string host = joined.substr(0, space);
       const int h = number.try_emplace(host, static_cast<int>(number.size())).first->second;
       world += std::to_string(h) + ' ';
       hosts[r] = std::to_string(h);
     }
     mesh_.shm_everywhere_ = shm;
-    store_.set(key("world"), store::to_bytes(world + (shm ? "shm=1" : "shm=0")));
+    store_.set(key("world"), store::to_bytes(world + shm_flag(shm)));
   } else {
     try {
       store_.wait({key("world")}, deadline.remaining());
@@ -110,11 +125,10 @@ void Mesh::Lazy::rendezvous(Deadline deadline) {
       if (!(in >> h) || h < 0) throw ProtocolError("communicator setup: malformed world record");
       hosts[r] = std::to_string(h);
     }
-    std::string flag;
-    if (!(in >> flag) || (flag != "shm=1" && flag != "shm=0")) {
-      throw ProtocolError("communicator setup: malformed world record");
-    }
-    mesh_.shm_everywhere_ = flag == "shm=1";
+    std::string word;
+    const auto flag = in >> word ? read_shm_flag(word) : std::nullopt;
+    if (!flag) throw ProtocolError("communicator setup: malformed world record");
+    mesh_.shm_everywhere_ = *flag;
   }
   mesh_.set_hosts(hosts);
   local_pairs_ = pairs_of_host(mesh_.ranks_on_this_host());
