@@ -63,7 +63,7 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(size_t{0}, size_t{1}, size_t{7}, size_t{1000}, kBig),
                        ::testing::Values(Algorithm::Ring, Algorithm::HalvingDoubling,
                                          Algorithm::RecursiveDoubling, Algorithm::Hierarchical,
-                                         Algorithm::Auto),
+                                         Algorithm::Linear, Algorithm::Auto),
                        ::testing::Values(Wires::Tcp, Wires::Shm, Wires::Mixed, Wires::Hosts,
                                          Wires::Lazy, Wires::Hmac, Wires::Gmac)),
     [](const auto& info) {
@@ -168,6 +168,25 @@ TEST(AllreduceAuto, PicksRecursiveDoublingForTinyHalvingDoublingForSmallAndRingF
             Algorithm::HalvingDoubling);
   EXPECT_EQ(choose_allreduce(64 << 20, {.size = 8}), Algorithm::Ring);
   EXPECT_EQ(choose_allreduce(64 << 20, {.size = 3}), Algorithm::Ring);
+}
+
+TEST(AllreduceAuto, PicksLinearForSmallMessagesOnlyOnOneHostWithMoreRanksThanCpus) {
+  const WorldShape crowded{.size = 8, .max_local = 8, .shared_memory = true, .crowded = true};
+  EXPECT_EQ(choose_allreduce(1 << 10, crowded), Algorithm::Linear);
+  EXPECT_EQ(choose_allreduce(kRecursiveDoublingMaxBytes, crowded), Algorithm::Linear);
+  EXPECT_EQ(choose_allreduce(kRecursiveDoublingMaxBytes + 4, crowded), Algorithm::HalvingDoubling);
+  // A CPU for every rank, TCP between the ranks, several hosts, or two ranks: recursive doubling.
+  EXPECT_EQ(choose_allreduce(1 << 10, {.size = 8, .max_local = 8, .shared_memory = true}),
+            Algorithm::RecursiveDoubling);
+  EXPECT_EQ(choose_allreduce(1 << 10, {.size = 8, .max_local = 8, .crowded = true}),
+            Algorithm::RecursiveDoubling);
+  EXPECT_EQ(
+      choose_allreduce(
+          1 << 10, {.size = 8, .hosts = 2, .max_local = 4, .shared_memory = true, .crowded = true}),
+      Algorithm::RecursiveDoubling);
+  EXPECT_EQ(choose_allreduce(1 << 10,
+                             {.size = 2, .max_local = 2, .shared_memory = true, .crowded = true}),
+            Algorithm::RecursiveDoubling);
 }
 
 TEST(AllreduceAuto, PicksHierarchicalAboveRecursiveDoublingWhenHostsHoldSeveralRanks) {

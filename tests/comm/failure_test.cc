@@ -214,9 +214,10 @@ TEST(Failure, SetupTimeoutNamesTheMissingRankWhenPairsConnectOnFirstUse) {
 }
 
 // A world whose pairs connect on first use agrees on its hosts through two store records: each
-// rank's "joined/<rank>" ("<host> shm=0|1") and rank 0's "world" ("<host number of each rank>
-// shm=0|1"). A record that does not read so (a store shared with something else, another version
-// of Cohort) fails setup with a ProtocolError naming the record, never a world with wrong hosts.
+// rank's "joined/<rank>" ("<host> cpus=C shm=0|1") and rank 0's "world" ("<host number of each
+// rank> shm=0|1 crowded=0|1"). A record that does not read so (a store shared with something else,
+// another version of Cohort) fails setup with a ProtocolError naming the record, never a world with
+// wrong hosts.
 TEST(Failure, MalformedRendezvousRecordsFailSetupNamingTheRecord) {
   struct Case {
     std::string key, value;
@@ -225,13 +226,20 @@ TEST(Failure, MalformedRendezvousRecordsFailSetupNamingTheRecord) {
   };
   const std::vector<Case> cases = {
       {"joined/1", "host-and-no-flag", 0, "malformed record of rank 1"},
-      {"joined/1", "host shm=2", 0, "malformed record of rank 1"},
-      {"joined/1", "host shm=1 ", 0, "malformed record of rank 1"},
+      {"joined/1", "host cpus=2 shm=2", 0, "malformed record of rank 1"},
+      {"joined/1", "host cpus=2 shm=1 ", 0, "malformed record of rank 1"},
+      {"joined/1", "host shm=1", 0, "malformed record of rank 1"},
+      {"joined/1", "host cpus=0 shm=1", 0, "malformed record of rank 1"},
+      {"joined/1", "host cpus=2x shm=1", 0, "malformed record of rank 1"},
+      {"joined/1", "cpus=2 shm=1", 0, "malformed record of rank 1"},
       {"joined/1", "", 0, "malformed record of rank 1"},
-      {"world", "0 x shm=1", 1, "malformed world record"},
+      {"world", "0 x shm=1 crowded=0", 1, "malformed world record"},
       {"world", "0 0", 1, "malformed world record"},
-      {"world", "0 -1 shm=0", 1, "malformed world record"},
-      {"world", "0 0 shm=yes", 1, "malformed world record"},
+      {"world", "0 -1 shm=0 crowded=0", 1, "malformed world record"},
+      {"world", "0 0 shm=yes crowded=0", 1, "malformed world record"},
+      {"world", "0 0 shm=1", 1, "malformed world record"},
+      {"world", "0 0 shm=1 crowded=2", 1, "malformed world record"},
+      {"world", "0 0 shm=1 crowded=0 more", 1, "malformed world record"},
       {"world", "", 1, "malformed world record"},
   };
   for (const Case& c : cases) {

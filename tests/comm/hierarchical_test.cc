@@ -8,6 +8,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cohort/comm/communicator.h"
@@ -40,10 +41,13 @@ const std::vector<Layout>& layouts() {
   return all;
 }
 
-World world_of(const Layout& l, size_t chunk_bytes = 256) {
+// host_cpus 0: as many CPUs as this process may use. lazy: pairs connect on first use.
+World world_of(const Layout& l, size_t chunk_bytes = 256, int host_cpus = 0, bool lazy = false) {
   return World(l.ranks, [&](CommConfig& c) {
     c.host_id = "host" + std::to_string(l.host_of(c.rank));
     c.chunk_bytes = chunk_bytes;
+    c.host_cpus = host_cpus;
+    if (lazy) c.connect_all_up_to = 1;
   });
 }
 
@@ -100,21 +104,32 @@ TEST(HierarchicalAllreduce, EveryRankEndsWithTheSameBits) {
   }
 }
 
+// A small allreduce is recursive doubling's, except on one host with more ranks than CPUs, where
+// it is the linear allreduce's (allreduce_auto.cc): each host states 64 CPUs, then 1; in a full
+// mesh and in one whose pairs connect on first use (each agrees on it differently, mesh_lazy.h).
 TEST(HierarchicalAllreduce, AutoPicksItAcrossHostsOfSeveralRanksOnly) {
-  for (const Layout& layout : layouts()) {
-    World world = world_of(layout, 64 << 10);
-    const bool expect = layout.name != "oneHost" && layout.name != "oneRankEach";
-    world.run([&](int r, Communicator& comm) {
-      std::vector<float> big(1 << 18, 1.0f), tiny(16, 1.0f);
-      comm.allreduce(Buffer{DType::F32, big.data(), big.size()})->wait();
-      comm.allreduce(Buffer{DType::F32, tiny.data(), tiny.size()})->wait();
-      const FlightSnapshot s = comm.flight_recorder().snapshot();
-      ASSERT_EQ(s.records.size(), 2u);
-      EXPECT_EQ(s.records[0].algorithm == Algorithm::Hierarchical, expect)
-          << layout.name << " rank " << r << ": " << algorithm_name(s.records[0].algorithm);
-      EXPECT_EQ(s.records[1].algorithm, Algorithm::RecursiveDoubling) << layout.name;
-      EXPECT_EQ(big[12345], static_cast<float>(layout.ranks));
-    });
+  for (auto [host_cpus, lazy] : {std::pair{64, false}, {1, false}, {1, true}}) {
+    for (const Layout& layout : layouts()) {
+      World world = world_of(layout, 64 << 10, host_cpus, lazy);
+      const bool expect = layout.name != "oneHost" && layout.name != "oneRankEach";
+      const Algorithm small = host_cpus == 1 && layout.name == "oneHost"
+                                  ? Algorithm::Linear
+                                  : Algorithm::RecursiveDoubling;
+      world.run([&](int r, Communicator& comm) {
+        std::vector<float> big(1 << 18, 1.0f), tiny(16, 1.0f);
+        comm.allreduce(Buffer{DType::F32, big.data(), big.size()})->wait();
+        comm.allreduce(Buffer{DType::F32, tiny.data(), tiny.size()})->wait();
+        const FlightSnapshot s = comm.flight_recorder().snapshot();
+        ASSERT_EQ(s.records.size(), 2u);
+        EXPECT_EQ(s.records[0].algorithm == Algorithm::Hierarchical, expect)
+            << layout.name << " rank " << r << ": " << algorithm_name(s.records[0].algorithm);
+        EXPECT_EQ(s.records[1].algorithm, small)
+            << layout.name << ", " << host_cpus << " CPUs" << (lazy ? ", lazy: " : ": ")
+            << algorithm_name(s.records[1].algorithm);
+        EXPECT_EQ(big[12345], static_cast<float>(layout.ranks));
+        EXPECT_EQ(tiny[15], static_cast<float>(layout.ranks));
+      });
+    }
   }
 }
 

@@ -51,8 +51,8 @@ constexpr const char* kUsage =
     "  --ranks N          number of processes, 1 to 1024 (default 2)\n"
     "  --sizes LIST       message sizes in bytes, K/M/G suffixes are binary\n"
     "                     (default 4K,64K,1M,16M,64M)\n"
-    "  --algo NAME        ring | halving_doubling | recursive_doubling | hierarchical | auto\n"
-    "                     (default auto)\n"
+    "  --algo NAME        ring | halving_doubling | recursive_doubling | hierarchical | linear |\n"
+    "                     auto (default auto)\n"
     "  --iters K          timed iterations per size (default: enough for ~0.5 s, 10..10000)\n"
     "  --warmup W         warm-up iterations per size (default 5)\n"
     "  --timeout MS       deadline of setup and of every collective (default 30000)\n"
@@ -73,6 +73,8 @@ constexpr const char* kUsage =
     "                     default 64K; 0: copied out first)\n"
     "  --spin-us US       how long a small operation polls before it sleeps\n"
     "                     (CommConfig::spin_wait, default 20; 0: never)\n"
+    "  --yield-us US      with more ranks than CPUs, how long a wait polls and yields the CPU\n"
+    "                     before it sleeps (CommConfig::yield_wait, default 100; 0: never)\n"
     "  --bind-to WHAT     auto | none: auto binds each rank to its own share of the CPUs this\n"
     "                     command may use when there are at most as many ranks as CPUs, as\n"
     "                     mpirun does by default (default auto)\n"
@@ -88,7 +90,8 @@ constexpr const char* kUsage =
 
 const std::set<std::string> kValueFlags = {
     "ranks", "sizes", "algo", "iters", "warmup", "timeout", "chunk", "socket-buffer", "ring-window",
-    "spin-us", "single-copy", "fold", "transport", "integrity", "hosts", "bind", "bind-to",
+    "spin-us", "yield-us", "single-copy", "fold", "transport", "integrity", "hosts", "bind",
+    "bind-to",
     // hidden: a rank spawned by the launcher, and the fault drills of the fault tests
     "worker-rank", "store", "host-cpus", "fault", "fault-rank", "fault-after-iters"};
 const std::set<std::string> kBoolFlags = {"json", "help"};
@@ -155,6 +158,7 @@ BenchOptions parse_options(const Args& a) {
   }
   if (a.has("ring-window")) o.ring_window = int_in("ring-window", 0, 0, 1 << 20);
   if (a.has("spin-us")) o.spin_us = int_in("spin-us", 0, 0, 1000000);
+  if (a.has("yield-us")) o.yield_us = int_in("yield-us", 0, 0, 1000000);
   if (a.has("single-copy")) {
     o.single_copy_bytes = static_cast<long>(bytes_in("single-copy", 0, uint64_t{1} << 30));
   }

@@ -87,6 +87,7 @@ class Worker {
       config.socket_buffer_bytes = static_cast<int>(o_.socket_buffer_bytes);
     if (o_.ring_window >= 0) config.ring_window = static_cast<size_t>(o_.ring_window);
     if (o_.spin_us >= 0) config.spin_wait = std::chrono::microseconds(o_.spin_us);
+    if (o_.yield_us >= 0) config.yield_wait = std::chrono::microseconds(o_.yield_us);
     if (o_.single_copy_bytes >= 0) {
       config.shm_single_copy_bytes = static_cast<size_t>(o_.single_copy_bytes);
     }

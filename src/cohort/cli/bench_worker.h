@@ -45,6 +45,7 @@ struct BenchOptions {
   long socket_buffer_bytes = -1;
   long ring_window = -1;
   long spin_us = -1;
+  long yield_us = -1;
   long single_copy_bytes = -1;
   long fold_bytes = -1;
   comm::Transport transport = comm::Transport::Auto;

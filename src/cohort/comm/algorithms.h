@@ -164,6 +164,7 @@ struct WorldShape {
   int hosts = 1;
   int max_local = 1;
   bool shared_memory = false;
+  bool crowded = false;  // some host has more ranks than CPUs (Mesh::crowded)
 };
 // Which allreduce algorithm Auto picks for `bytes` on `world`.
 Algorithm choose_allreduce(size_t bytes, const WorldShape& world);
@@ -180,6 +181,7 @@ void allreduce_hierarchical(OpContext& ctx, Buffer buf, ReduceOp op);
 void allreduce_flat(OpContext& ctx, Buffer buf, ReduceOp op, Algorithm algo);
 void allreduce_halving_doubling(OpContext& ctx, Buffer buf, ReduceOp op);
 void allreduce_recursive_doubling(OpContext& ctx, Buffer buf, ReduceOp op);
+void allreduce_linear(OpContext& ctx, Buffer buf, ReduceOp op);
 void reduce_scatter_ring(OpContext& ctx, Buffer in, Buffer out, ReduceOp op);
 void allgather_ring(OpContext& ctx, Buffer in, Buffer out);
 void allreduce_encoded(OpContext& ctx, Buffer buf, Encoding& encoding, ReduceOp op,

@@ -34,6 +34,18 @@
 // so halving-doubling below 1 MiB and the ring from there (kSharedMemoryRingMinBytes), where the
 // rule for TCP would keep halving-doubling up to 3.75 MiB at 16 ranks and 15.5 MiB at 32.
 //
+// On one host with more ranks than CPUs, in recursive doubling's range, the linear allreduce
+// instead: there a step costs each rank a turn of a CPU rather than microseconds, and recursive
+// doubling takes log2(n) of them where the linear allreduce takes two (allreduce_linear.cc).
+// Measured with `cohort bench allreduce` (shared memory, 2 cores), 4 KiB, the range of the
+// medians of 2-4 interleaved runs, µs, recursive doubling / linear:
+//     4 ranks: 32-35 / 23-30       8 ranks: 176-241 / 82-164
+//    32 ranks: 1388-2303 / 743-1054   128 ranks: 9265-18635 / 8282-13046
+// At 256 KiB the successors of recursive doubling win again (32 ranks: 3302-3827 against
+// 4125-4529). With a CPU for every rank each step of recursive doubling costs a spin, not a turn,
+// and rank 0's n - 1 receives in a row are what remains: the linear allreduce is not picked there,
+// nor across hosts, where rank 0's link would carry n - 1 buffers each way.
+//
 // Across hosts, once the bytes count (above recursive doubling's range), the hierarchical
 // allreduce: each host link then carries 2(H-1)/H of the buffer each way instead of the flat
 // ring's 2(n-1)/n, and the steps between ranks of one host run over shared memory
@@ -43,7 +55,10 @@
 namespace cohort::comm {
 
 Algorithm choose_allreduce(size_t bytes, const WorldShape& world) {
-  if (world.size > 1 && bytes <= kRecursiveDoublingMaxBytes) return Algorithm::RecursiveDoubling;
+  if (world.size > 1 && bytes <= kRecursiveDoublingMaxBytes) {
+    const bool one_crowded_host = world.hosts == 1 && world.shared_memory && world.crowded;
+    return one_crowded_host && world.size > 2 ? Algorithm::Linear : Algorithm::RecursiveDoubling;
+  }
   if (world.hosts > 1 && world.max_local > 1) return Algorithm::Hierarchical;
   if (world.size <= 2) return Algorithm::Ring;
   const size_t n = static_cast<size_t>(world.size);
@@ -66,6 +81,8 @@ void allreduce_flat(OpContext& ctx, Buffer buf, ReduceOp op, Algorithm algo) {
     allreduce_halving_doubling(ctx, buf, op);
   } else if (algo == Algorithm::RecursiveDoubling) {
     allreduce_recursive_doubling(ctx, buf, op);
+  } else if (algo == Algorithm::Linear) {
+    allreduce_linear(ctx, buf, op);
   } else {
     allreduce_ring(ctx, buf, op);
   }

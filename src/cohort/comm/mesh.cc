@@ -219,14 +219,18 @@ std::unique_ptr<Mesh> Mesh::connect(store::Store& store, const CommConfig& o) {
   Setup setup(store, o);
   std::vector<PeerLink> links = setup.run();
   std::vector<std::string> hosts(n);
+  std::vector<int> cpus(n);
   m->shm_everywhere_ = o.transport != Transport::Tcp;
   for (size_t r = 0; r < n; ++r) {
     if (static_cast<int>(r) == o.rank) continue;
     hosts[r] = links[r].host;
+    cpus[r] = links[r].cpus;
     m->shm_everywhere_ = m->shm_everywhere_ && links[r].shm;
   }
   hosts[static_cast<size_t>(o.rank)] = this_host(o);
+  cpus[static_cast<size_t>(o.rank)] = usable_cpus(o);
   m->set_hosts(hosts);
+  m->crowded_ = any_host_crowded(m->host_of_, cpus);
   auto pairs = make_pairs(o, links, setup.deadline());
   for (int r = 0; r < o.size; ++r) {
     if (r == o.rank) continue;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <optional>
 #include <sstream>
 #include <unordered_map>
@@ -18,16 +19,27 @@
 namespace cohort::comm {
 namespace {
 
-// The last word of a rendezvous record: whether shared memory is used ("shm=1") or not ("shm=0").
-std::string shm_flag(bool shm) {
-  return shm ? "shm=1" : "shm=0";
+// A flag of a rendezvous record: "shm=1" or "shm=0" (whether shared memory is used), "crowded=1"
+// or "crowded=0" (whether some host has more ranks than CPUs).
+std::string flag(const char* name, bool on) {
+  return std::string(name) + (on ? "=1" : "=0");
 }
 
 // The flag `word` states; nullopt when it is neither form.
-std::optional<bool> read_shm_flag(const std::string& word) {
-  if (word == "shm=1") return true;
-  if (word == "shm=0") return false;
+std::optional<bool> read_flag(const char* name, const std::string& word) {
+  if (word == flag(name, true)) return true;
+  if (word == flag(name, false)) return false;
   return std::nullopt;
+}
+
+// "cpus=C" with C >= 1; nullopt otherwise.
+std::optional<int> read_cpus(const std::string& word) {
+  int cpus = 0, used = 0;
+  if (std::sscanf(word.c_str(), "cpus=%d%n", &cpus, &used) != 1 ||
+      used != static_cast<int>(word.size()) || cpus < 1) {
+    return std::nullopt;
+  }
+  return cpus;
 }
 
 }  // namespace
@@ -50,7 +62,8 @@ Mesh::Lazy::Lazy(Mesh& mesh, store::Store& store, const CommConfig& o)
   try {
     publish_address(store_, o_, door_->port());
     store_.set(key("joined/" + std::to_string(o.rank)),
-               store::to_bytes(this_host(o) + " " + shm_flag(o.transport != Transport::Tcp)));
+               store::to_bytes(this_host(o) + " cpus=" + std::to_string(usable_cpus(o)) + " " +
+                               flag("shm", o.transport != Transport::Tcp)));
     rendezvous(deadline);
   } catch (...) {
     stop();
@@ -96,23 +109,33 @@ void Mesh::Lazy::rendezvous(Deadline deadline) {
     }
     std::unordered_map<std::string, int> number;
     std::string world;
+    std::vector<int> host_of(n), cpus(n);
     bool shm = true;
     for (size_t r = 0; r < n; ++r) {
+      // "<host> cpus=C shm=0|1"
       const std::string joined = store::to_string(store_.get(keys[r]));
-      const size_t space = joined.rfind(' ');
-      const auto flag = read_shm_flag(space == std::string::npos ? "" : joined.substr(space + 1));
-      if (!flag) {
+      const size_t last = joined.rfind(' ');
+      const size_t space =
+          last == std::string::npos || last == 0 ? std::string::npos : joined.rfind(' ', last - 1);
+      const auto on = read_flag("shm", last == std::string::npos ? "" : joined.substr(last + 1));
+      const auto counted =
+          read_cpus(space == std::string::npos ? "" : joined.substr(space + 1, last - space - 1));
+      if (!on || !counted) {
         throw ProtocolError("communicator setup: malformed record of rank " + std::to_string(r) +
                             " joining");
       }
-      shm = shm && *flag;
+      shm = shm && *on;
       const std::string host = joined.substr(0, space);
       const int h = number.try_emplace(host, static_cast<int>(number.size())).first->second;
       world += std::to_string(h) + ' ';
       hosts[r] = std::to_string(h);
+      host_of[r] = h;
+      cpus[r] = *counted;
     }
     mesh_.shm_everywhere_ = shm;
-    store_.set(key("world"), store::to_bytes(world + shm_flag(shm)));
+    mesh_.crowded_ = any_host_crowded(host_of, cpus);
+    store_.set(key("world"),
+               store::to_bytes(world + flag("shm", shm) + " " + flag("crowded", mesh_.crowded_)));
   } else {
     try {
       store_.wait({key("world")}, deadline.remaining());
@@ -125,10 +148,14 @@ void Mesh::Lazy::rendezvous(Deadline deadline) {
       if (!(in >> h) || h < 0) throw ProtocolError("communicator setup: malformed world record");
       hosts[r] = std::to_string(h);
     }
-    std::string word;
-    const auto flag = in >> word ? read_shm_flag(word) : std::nullopt;
-    if (!flag) throw ProtocolError("communicator setup: malformed world record");
-    mesh_.shm_everywhere_ = *flag;
+    std::string shm_word, crowded_word, rest;
+    const auto shm = in >> shm_word ? read_flag("shm", shm_word) : std::nullopt;
+    const auto crowded = in >> crowded_word ? read_flag("crowded", crowded_word) : std::nullopt;
+    if (!shm || !crowded || in >> rest) {
+      throw ProtocolError("communicator setup: malformed world record");
+    }
+    mesh_.shm_everywhere_ = *shm;
+    mesh_.crowded_ = *crowded;
   }
   mesh_.set_hosts(hosts);
   local_pairs_ = pairs_of_host(mesh_.ranks_on_this_host());

@@ -7,7 +7,9 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 
+#include "cohort/base/cpu_binding.h"
 #include "cohort/base/error.h"
 #include "cohort/comm/exchange.h"
 #include "cohort/comm/transport/host_identity.h"
@@ -63,7 +65,7 @@ std::string recv_setup_message(PeerLink& link, int peer, Deadline deadline) {
 
 PeerLink make_link(const CommConfig& o, net::Socket sock, const PeerInfo& peer,
                    const net::SessionKey& session) {
-  return PeerLink{std::move(sock), peer.host, peer.shm,
+  return PeerLink{std::move(sock), peer.host, peer.shm, peer.cpus,
                   std::make_unique<FrameSeal>(mac_for(o.integrity), session, o.rank, peer.rank)};
 }
 
@@ -145,19 +147,37 @@ size_t shm_ring_bytes_for(const CommConfig& o, int local_ranks) {
   return shm_ring_bytes_for_pairs(o, uint64_t(local_ranks) * uint64_t(local_ranks - 1) / 2);
 }
 
+int usable_cpus(const CommConfig& o) {
+  return o.host_cpus > 0 ? o.host_cpus : allowed_cpu_count();
+}
+
+bool any_host_crowded(const std::vector<int>& host_of, const std::vector<int>& cpus) {
+  std::unordered_map<int, std::pair<int, int>> hosts;  // host -> ranks, fewest CPUs counted
+  for (size_t r = 0; r < host_of.size(); ++r) {
+    auto [it, fresh] = hosts.try_emplace(host_of[r], 0, cpus[r]);
+    ++it->second.first;
+    it->second.second = std::min(it->second.second, cpus[r]);
+  }
+  for (const auto& [host, h] : hosts) {
+    if (h.first > h.second) return true;
+  }
+  return false;
+}
+
 std::string info_of(const CommConfig& o) {
   return "rank=" + std::to_string(o.rank) + " size=" + std::to_string(o.size) +
          " host=" + this_host(o) + " shm=" + (o.transport != Transport::Tcp ? "1" : "0") +
+         " cpus=" + std::to_string(usable_cpus(o)) +
          " mac=" + std::to_string(static_cast<int>(o.integrity));
 }
 
 std::optional<PeerInfo> parse_info(const std::string& s) {
   PeerInfo p;
-  int r = -1, n = -1, shm = -1, mac = -1, used = 0;
+  int r = -1, n = -1, shm = -1, cpus = 0, mac = -1, used = 0;
   char host[129] = {};
-  if (std::sscanf(s.c_str(), "rank=%d size=%d host=%128s shm=%d mac=%d%n", &r, &n, host, &shm, &mac,
-                  &used) != 5 ||
-      used != static_cast<int>(s.size()) || (shm != 0 && shm != 1) || mac < 0 ||
+  if (std::sscanf(s.c_str(), "rank=%d size=%d host=%128s shm=%d cpus=%d mac=%d%n", &r, &n, host,
+                  &shm, &cpus, &mac, &used) != 6 ||
+      used != static_cast<int>(s.size()) || (shm != 0 && shm != 1) || cpus < 1 || mac < 0 ||
       mac > static_cast<int>(Integrity::Gmac)) {
     return std::nullopt;
   }
@@ -165,6 +185,7 @@ std::optional<PeerInfo> parse_info(const std::string& s) {
   p.size = n;
   p.host = host;
   p.shm = shm == 1;
+  p.cpus = cpus;
   p.integrity = static_cast<Integrity>(mac);
   return p;
 }
@@ -205,10 +226,10 @@ PeerLink dial_peer(store::Store& store, const CommConfig& o, const std::string& 
   }
   auto peer = parse_info(info);
   if (!peer || peer->rank != j || peer->size != o.size) {
-    throw ProtocolError("communicator: rank " + std::to_string(o.rank) + " dialled rank " +
-                        std::to_string(j) + " but the peer says '" + info +
-                        "' (expected rank=" + std::to_string(j) +
-                        " size=" + std::to_string(o.size) + " host=... shm=0|1 mac=0|1|2)");
+    throw ProtocolError(
+        "communicator: rank " + std::to_string(o.rank) + " dialled rank " + std::to_string(j) +
+        " but the peer says '" + info + "' (expected rank=" + std::to_string(j) +
+        " size=" + std::to_string(o.size) + " host=... shm=0|1 cpus=... mac=0|1|2)");
   }
   if (std::string why = integrity_mismatch(o, *peer); !why.empty()) {
     throw ConfigError("communicator: " + why);

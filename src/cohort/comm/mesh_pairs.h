@@ -19,15 +19,24 @@ namespace cohort::comm {
 // The listen backlog: a rank of a large world is dialled by many ranks at once.
 inline constexpr int kListenBacklog = 4096;
 
-// What a rank states about itself in the handshake: "rank=R size=N host=H shm=0|1 mac=0|1|2"
-// (mac: how its data frames are sealed, CommConfig::integrity).
+// What a rank states about itself in the handshake:
+// "rank=R size=N host=H shm=0|1 cpus=C mac=0|1|2" (cpus: how many CPUs the ranks of its host
+// share, as it counts them, usable_cpus; mac: how its data frames are sealed,
+// CommConfig::integrity).
 struct PeerInfo {
   int rank = -1;
   int size = -1;
   std::string host;
   bool shm = false;
+  int cpus = 1;
   Integrity integrity = Integrity::None;
 };
+// CPUs the ranks of this host share: what their launcher says it shared out among them
+// (CommConfig::host_cpus), else this process's affinity mask (cgroup cpusets narrow it too).
+int usable_cpus(const CommConfig& o);
+// Whether some host holds more ranks than the CPUs they share (the fewest any of its ranks
+// counts): rank r is on host host_of[r] and counts cpus[r].
+bool any_host_crowded(const std::vector<int>& host_of, const std::vector<int>& cpus);
 // What this rank states.
 std::string info_of(const CommConfig& o);
 // nullopt if malformed.
@@ -43,6 +52,7 @@ struct PeerLink {
   net::Socket sock;  // connected and authenticated
   std::string host;  // the peer's host identity
   bool shm = false;  // the peer would use shared memory
+  int cpus = 1;      // the CPUs the peer counts on its host
   // Seals the setup messages on the connection (always) and then its data frames (with
   // Integrity::Hmac or Gmac): keyed from the handshake's session key.
   std::unique_ptr<FrameSeal> seal;

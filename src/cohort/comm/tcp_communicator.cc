@@ -7,8 +7,8 @@
 #include <mutex>
 #include <thread>
 
-#include "cohort/base/cpu_binding.h"
 #include "cohort/base/error.h"
+#include "cohort/comm/mesh_pairs.h"
 #include "cohort/comm/reduce.h"
 
 namespace cohort::comm {
@@ -17,12 +17,6 @@ namespace {
 // The most that diagnosing a failure adds to an operation's deadline: the grace period of a timeout
 // (at most 2 s), plus the store round trips.
 constexpr Millis kDiagnosisBound{3000};
-
-// CPUs the ranks of this host share: what their launcher says it shared out among them, else this
-// process's affinity mask (cgroup cpusets narrow it too).
-int usable_cpus(const CommConfig& config) {
-  return config.host_cpus > 0 ? config.host_cpus : allowed_cpu_count();
-}
 
 std::string join(const std::vector<int>& ranks) {
   std::string s;
@@ -52,7 +46,8 @@ WorldShape shape_of(const Mesh& mesh) {
   return WorldShape{.size = mesh.size(),
                     .hosts = mesh.hosts(),
                     .max_local = *std::max_element(per_host.begin(), per_host.end()),
-                    .shared_memory = mesh.shared_memory_everywhere()};
+                    .shared_memory = mesh.shared_memory_everywhere(),
+                    .crowded = mesh.crowded()};
 }
 
 }  // namespace

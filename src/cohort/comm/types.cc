@@ -36,6 +36,8 @@ std::string_view algorithm_name(Algorithm a) {
       return "recursive_doubling";
     case Algorithm::Hierarchical:
       return "hierarchical";
+    case Algorithm::Linear:
+      return "linear";
   }
   return "?";
 }
@@ -46,9 +48,10 @@ Algorithm parse_algorithm(std::string_view s) {
   if (s == "halving_doubling" || s == "hd") return Algorithm::HalvingDoubling;
   if (s == "recursive_doubling" || s == "rd") return Algorithm::RecursiveDoubling;
   if (s == "hierarchical") return Algorithm::Hierarchical;
+  if (s == "linear") return Algorithm::Linear;
   throw ConfigError(
       "unknown algorithm '" + std::string(s) +
-      "' (expected auto, ring, halving_doubling, recursive_doubling or hierarchical)");
+      "' (expected auto, ring, halving_doubling, recursive_doubling, hierarchical or linear)");
 }
 
 std::string_view transport_name(Transport t) {

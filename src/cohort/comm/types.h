@@ -30,12 +30,13 @@ enum class Algorithm : uint8_t {
   HalvingDoubling = 2,
   RecursiveDoubling = 3,
   Hierarchical = 4,  // within each host, then across hosts (allreduce_hierarchical.cc)
+  Linear = 5,        // to rank 0 and back (allreduce_linear.cc)
 };
 
 std::string_view reduce_op_name(ReduceOp op);
 std::string_view algorithm_name(Algorithm a);
-// "auto" | "ring" | "halving_doubling" | "recursive_doubling" | "hierarchical"; ConfigError
-// otherwise.
+// "auto" | "ring" | "halving_doubling" | "recursive_doubling" | "hierarchical" | "linear";
+// ConfigError otherwise.
 Algorithm parse_algorithm(std::string_view s);
 
 // Which transport carries a pair of ranks on one host (pairs on different hosts are always TCP).

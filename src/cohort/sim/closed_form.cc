@@ -27,6 +27,8 @@ double flat_s(comm::Algorithm a, int n, double bytes, const Costs& c) {
       return halving_doubling_allreduce_s(n, bytes, c);
     case comm::Algorithm::RecursiveDoubling:
       return recursive_doubling_allreduce_s(n, bytes, c);
+    case comm::Algorithm::Linear:
+      return linear_allreduce_s(n, bytes, c);
     default:
       return ring_allreduce_s(n, bytes, c);
   }
@@ -51,6 +53,12 @@ double recursive_doubling_allreduce_s(int n, double bytes, const Costs& c) {
   if (n <= 1) return 0;
   const int p = power_below(n);
   return std::log2(p) * (c.alpha + bytes * c.beta + bytes * c.gamma) + fold_s(n, bytes, c);
+}
+
+double linear_allreduce_s(int n, double bytes, const Costs& c) {
+  if (n <= 1) return 0;
+  const double k = n - 1;
+  return 2 * k * (c.alpha + bytes * c.beta) + k * bytes * c.gamma;
 }
 
 double closed_form_step_s(const Profile& p, const Layout& l, const Choice& choice) {
@@ -93,8 +101,9 @@ double closed_form_step_s(const Profile& p, const Layout& l, const Choice& choic
   auto collective = [&](double bytes) {
     if (n == 1) return 0.0;
     const double b = bytes * (bytes >= choice.compression.min_bytes ? wire : 1);
-    const comm::Algorithm a = resolve_algorithm(choice.algorithm, static_cast<size_t>(bytes),
-                                                host_of, shared_memory_within_host(p, choice));
+    const comm::Algorithm a =
+        resolve_algorithm(choice.algorithm, static_cast<size_t>(bytes), host_of,
+                          shared_memory_within_host(p, choice), p.cores);
     if (a == comm::Algorithm::Hierarchical && hosts > 1 && local > 1) {
       // Within the host (a ring's halves over L ranks), across the hosts (L pieces at once
       // sharing each host's link), within again.
@@ -108,8 +117,9 @@ double closed_form_step_s(const Profile& p, const Layout& l, const Choice& choic
     }
     const Costs& costs = hosts > 1 ? net : in_host;
     // Avg divides what each rank holds once reduced: a block of the ring's and halving-doubling's,
-    // the whole buffer of recursive doubling's.
-    const double divided = a == comm::Algorithm::RecursiveDoubling ? b : b / n;
+    // the whole buffer of recursive doubling's and of the linear allreduce's rank 0.
+    const bool whole = a == comm::Algorithm::RecursiveDoubling || a == comm::Algorithm::Linear;
+    const double divided = whole ? b : b / n;
     return flat_s(a, n, b, costs) + divided * costs.gamma;
   };
   const double compute = c.step_s() * slow;

@@ -27,6 +27,9 @@ double ring_allreduce_s(int n, double bytes, const Costs& c);
 double halving_doubling_allreduce_s(int n, double bytes, const Costs& c);
 // Recursive doubling: log2(p) exchanges of the whole buffer, plus the fold.
 double recursive_doubling_allreduce_s(int n, double bytes, const Costs& c);
+// Linear: rank 0 receives and reduces n - 1 buffers in turn and sends the result to each:
+// 2(n-1)(alpha + S beta) + (n-1) S gamma.
+double linear_allreduce_s(int n, double bytes, const Costs& c);
 
 // The estimate of one step (Prediction::closed_form_step_s).
 double closed_form_step_s(const Profile& profile, const Layout& layout, const Choice& choice);

@@ -161,12 +161,14 @@ int host_count(const std::vector<int>& host_of) {
 }  // namespace
 
 comm::Algorithm resolve_algorithm(comm::Algorithm algorithm, size_t bytes,
-                                  const std::vector<int>& host_of, bool shared_memory) {
+                                  const std::vector<int>& host_of, bool shared_memory, int cores) {
   if (algorithm != comm::Algorithm::Auto) return algorithm;
+  const int most = max_local(host_of);
   return comm::choose_allreduce(bytes, {.size = static_cast<int>(host_of.size()),
                                         .hosts = host_count(host_of),
-                                        .max_local = max_local(host_of),
-                                        .shared_memory = shared_memory});
+                                        .max_local = most,
+                                        .shared_memory = shared_memory,
+                                        .crowded = cores > 0 && most > cores});
 }
 
 std::vector<RankPlan> plan_collective(const CollectiveSpec& spec, const std::vector<int>& host_of,
@@ -178,7 +180,7 @@ std::vector<RankPlan> plan_collective(const CollectiveSpec& spec, const std::vec
   Arena arena(spec.count * es * (gather ? static_cast<size_t>(n) : 1));
   std::vector<uint8_t> scratch;
   const comm::Algorithm algo =
-      resolve_algorithm(spec.algorithm, spec.count * es, host_of, spec.shared_memory);
+      resolve_algorithm(spec.algorithm, spec.count * es, host_of, spec.shared_memory, spec.cores);
   std::vector<RankPlan> plans;
   plans.reserve(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r) {

@@ -75,11 +75,13 @@ struct CollectiveSpec {
   size_t chunk_bytes = 256 << 10;
   size_t ring_window = 1;
   bool shared_memory = false;  // pairs within a host talk over shared memory (Auto weighs it)
+  int cores = 0;  // of each host: one with more ranks is crowded (Auto weighs it); 0: no limit
 };
 
-// The algorithm an allreduce of `bytes` resolves to on this world (Auto's choice, else as given).
+// The algorithm an allreduce of `bytes` resolves to on this world (Auto's choice, else as given),
+// with `cores` CPUs on each host (0: no limit), as the communicator decides it.
 comm::Algorithm resolve_algorithm(comm::Algorithm algorithm, size_t bytes,
-                                  const std::vector<int>& host_of, bool shared_memory);
+                                  const std::vector<int>& host_of, bool shared_memory, int cores);
 
 // Every rank's plan for `spec` on a world whose rank r is on host host_of[r] (hosts numbered in
 // the order of their lowest rank). Throws Error for a world or spec the algorithms refuse.

@@ -57,9 +57,10 @@ class Builder {
     spec.chunk_bytes = c_.chunk_bytes;
     const size_t bytes = spec.count * dtype_size(spec.dtype);
     spec.shared_memory = shared_memory_within_host(p_, c_);
+    spec.cores = p_.cores;
     const comm::Algorithm algo =
         spec.kind == CollectiveSpec::Kind::Allreduce
-            ? resolve_algorithm(spec.algorithm, bytes, host_of_, spec.shared_memory)
+            ? resolve_algorithm(spec.algorithm, bytes, host_of_, spec.shared_memory, spec.cores)
             : comm::Algorithm::Ring;
     spec.algorithm = algo;
     const auto key = std::make_tuple(static_cast<int>(spec.kind), static_cast<int>(algo),

@@ -71,8 +71,8 @@ constexpr auto kMemoryFormats = {MemoryFormat::Auto, MemoryFormat::ChannelsLast,
 constexpr auto kDatasets = {DatasetKind::FashionMnist, DatasetKind::Mnist, DatasetKind::Synthetic};
 constexpr auto kOptimizers = {OptimizerKind::Sgd, OptimizerKind::Adam};
 constexpr auto kScalings = {LrScaling::None, LrScaling::Linear};
-const std::vector<std::string> kAlgorithms = {"auto", "ring", "halving_doubling",
-                                              "recursive_doubling", "hierarchical"};
+const std::vector<std::string> kAlgorithms = {
+    "auto", "ring", "halving_doubling", "recursive_doubling", "hierarchical", "linear"};
 const std::vector<std::string> kTransports = {"auto", "tcp", "shm"};
 const std::vector<std::string> kIntegrities = {"none", "hmac", "gmac"};
 const std::vector<std::string> kBufferSyncs = {"broadcast", "average", "none"};
