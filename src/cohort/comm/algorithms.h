@@ -182,6 +182,11 @@ void allreduce_flat(OpContext& ctx, Buffer buf, ReduceOp op, Algorithm algo);
 void allreduce_halving_doubling(OpContext& ctx, Buffer buf, ReduceOp op);
 void allreduce_recursive_doubling(OpContext& ctx, Buffer buf, ReduceOp op);
 void allreduce_linear(OpContext& ctx, Buffer buf, ReduceOp op);
+// Receives `peer`'s copy of the whole buffer `whole` (of `buf`) and reduces it in as it arrives:
+// each element becomes op(mine, theirs) when mine_first, else op(theirs, mine). A segment that is
+// not folded straight out of the transport lands in `scratch` at its offset in the buffer.
+RecvPlan fold_whole(OpContext& ctx, Buffer buf, const SegmentedRange& whole, uint8_t* scratch,
+                    ReduceOp op, int peer, bool mine_first);
 void reduce_scatter_ring(OpContext& ctx, Buffer in, Buffer out, ReduceOp op);
 void allgather_ring(OpContext& ctx, Buffer in, Buffer out);
 void allreduce_encoded(OpContext& ctx, Buffer buf, Encoding& encoding, ReduceOp op,

@@ -14,7 +14,6 @@
 // Bitwise identical results on every rank: only rank 0 reduces, always in rank order, and every
 // other rank receives its bytes.
 #include "cohort/comm/algorithms.h"
-#include "cohort/comm/reduce.h"
 
 namespace cohort::comm {
 
@@ -32,19 +31,9 @@ void allreduce_linear(OpContext& ctx, Buffer buf, ReduceOp op) {
     return;
   }
   uint8_t* scratch = ctx.scratch_bytes(buf.count * es);
-  auto in_scratch = [&](size_t i) {
-    Segment s = whole.at(i);
-    return Segment{scratch + (s.data - buf.byte_ptr()), s.bytes, /*fold=*/true};
-  };
   // The reduction of ranks 0 .. peer - 1 first, rank `peer`'s data second.
   for (int peer = 1; peer < n; ++peer) {
-    RecvPlan recv{.peer = peer,
-                  .count = whole.count(),
-                  .segment = in_scratch,
-                  .fold = [&](size_t i, size_t at, const uint8_t* theirs, size_t bytes) {
-                    uint8_t* mine = whole.at(i).data + at;
-                    ctx.reduce(buf.dtype, op, mine, mine, theirs, bytes / es);
-                  }};
+    RecvPlan recv = fold_whole(ctx, buf, whole, scratch, op, peer, /*mine_first=*/true);
     ctx.run(nullptr, &recv);
   }
   if (op == ReduceOp::Avg) ctx.divide(buf.dtype, buf.byte_ptr(), buf.count, n);

@@ -28,16 +28,31 @@
 
 namespace cohort::comm {
 
+RecvPlan fold_whole(OpContext& ctx, Buffer buf, const SegmentedRange& whole, uint8_t* scratch,
+                    ReduceOp op, int peer, bool mine_first) {
+  const size_t es = dtype_size(buf.dtype);
+  return RecvPlan{.peer = peer,
+                  .count = whole.count(),
+                  .segment =
+                      [whole, scratch, base = buf.byte_ptr()](size_t i) {
+                        Segment s = whole.at(i);
+                        return Segment{scratch + (s.data - base), s.bytes, /*fold=*/true};
+                      },
+                  .fold =
+                      [&ctx, whole, es, dtype = buf.dtype, op, mine_first](
+                          size_t i, size_t at, const uint8_t* theirs, size_t n) {
+                        uint8_t* mine = whole.at(i).data + at;
+                        ctx.reduce(dtype, op, mine, mine_first ? mine : theirs,
+                                   mine_first ? theirs : mine, n / es);
+                      }};
+}
+
 void allreduce_recursive_doubling(OpContext& ctx, Buffer buf, ReduceOp op) {
   const int n = ctx.size(), r = ctx.rank();
   if (n == 1 || buf.count == 0) return;
-  const size_t es = dtype_size(buf.dtype);
-  const SegmentedRange whole{buf.byte_ptr(), es, 0, buf.count, ctx.segment_elems()};
-  uint8_t* scratch = ctx.scratch_bytes(buf.count * es);
-  auto in_scratch = [&](size_t i) {
-    Segment s = whole.at(i);
-    return Segment{scratch + (s.data - buf.byte_ptr()), s.bytes, /*fold=*/true};
-  };
+  const SegmentedRange whole{buf.byte_ptr(), dtype_size(buf.dtype), 0, buf.count,
+                             ctx.segment_elems()};
+  uint8_t* scratch = ctx.scratch_bytes(buf.count * dtype_size(buf.dtype));
   auto send_whole = [&](int peer) {
     SendPlan send{
         .peer = peer, .count = whole.count(), .segment = [&](size_t i) { return whole.at(i); }};
@@ -50,28 +65,15 @@ void allreduce_recursive_doubling(OpContext& ctx, Buffer buf, ReduceOp op) {
   };
   // Reduces the buffer of `peer` (the rank below) into this one.
   auto fold_in = [&](int peer) {
-    RecvPlan recv{.peer = peer,
-                  .count = whole.count(),
-                  .segment = in_scratch,
-                  .fold = [&](size_t i, size_t at, const uint8_t* theirs, size_t n) {
-                    uint8_t* mine = whole.at(i).data + at;
-                    ctx.reduce(buf.dtype, op, mine, theirs, mine, n / es);
-                  }};
+    RecvPlan recv = fold_whole(ctx, buf, whole, scratch, op, peer, /*mine_first=*/false);
     ctx.run(nullptr, &recv);
   };
   // Swaps the buffer with `peer` and reduces: the lower rank's data is always the first operand.
   auto swap_reduce = [&](int peer, bool mine_first) {
     SendPlan send{
         .peer = peer, .count = whole.count(), .segment = [&](size_t i) { return whole.at(i); }};
-    RecvPlan recv{.peer = peer,
-                  .count = whole.count(),
-                  .segment = in_scratch,
-                  .apply_lag = 0,
-                  .fold = [&](size_t i, size_t at, const uint8_t* theirs, size_t n) {
-                    uint8_t* mine = whole.at(i).data + at;
-                    ctx.reduce(buf.dtype, op, mine, mine_first ? mine : theirs,
-                               mine_first ? theirs : mine, n / es);
-                  }};
+    RecvPlan recv = fold_whole(ctx, buf, whole, scratch, op, peer, mine_first);
+    recv.apply_lag = 0;
     ctx.run(&send, &recv);
   };
 
