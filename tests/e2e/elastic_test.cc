@@ -755,11 +755,12 @@ TEST(Elastic, WorkersOfAnEtcdJobThatNobodyLeadsExitAfterTheirWait) {
 // The store in etcd, no `cohort run --standby`: the coordinator SIGKILLed alone, one of its
 // workers starts a standby coordinator (coordinator.standby: workers, the default), which takes the
 // job over; the same workers finish it with nothing rolled back and every sample seen once. (Had
-// they finished before the standby led, they would wait for it to collect their summaries.)
+// they finished before the standby led, they would wait for it to collect their summaries.) Eight
+// epochs: on a quiet machine two of the mlp's took 2.3 s, over before the kill.
 TEST(Elastic, AWorkerStartsAStandbyForAnEtcdJobThatLostItsCoordinator) {
   auto dir = fresh_dir("etcd-worker-standby");
   cohort::store::testing::EtcdCluster etcd(1);
-  Launcher run(dir, {"workers=2", "train.epochs=2", "train.seed=7", "checkpoint.every_steps=0",
+  Launcher run(dir, {"workers=2", "train.epochs=8", "train.seed=7", "checkpoint.every_steps=0",
                      "elastic.heartbeat_s=0.2", "elastic.failure_timeout_s=2",
                      "coordinator.store=" + etcd.url("jobs")});
   ASSERT_TRUE(run.wait_until([&] { return last_step(run.run()) >= 40; }, 180s)) << run.output();
@@ -793,7 +794,7 @@ TEST(Elastic, AWorkerStartsAStandbyForAnEtcdJobThatLostItsCoordinator) {
   std::set<pid_t> pids;
   for (const auto& r : summary["per_rank"]) pids.insert(r.value("pid", 0));
   EXPECT_EQ(pids, (std::set<pid_t>{p0, p1})) << summary.dump(2);
-  expect_every_sample_once(summary, 2);
+  expect_every_sample_once(summary, 8);
   // Exactly one worker started one.
   int standbys = 0;
   for (const auto& e : fs::directory_iterator(run.run()))
