@@ -108,7 +108,9 @@ TEST(HierarchicalAllreduce, EveryRankEndsWithTheSameBits) {
 // it is the linear allreduce's (allreduce_auto.cc): each host states 64 CPUs, then 1; in a full
 // mesh and in one whose pairs connect on first use (each agrees on it differently, mesh_lazy.h).
 TEST(HierarchicalAllreduce, AutoPicksItAcrossHostsOfSeveralRanksOnly) {
-  for (auto [host_cpus, lazy] : {std::pair{64, false}, {1, false}, {1, true}}) {
+  for (const auto& [cpus, connect_lazily] : {std::pair{64, false}, {1, false}, {1, true}}) {
+    const int host_cpus = cpus;  // copies: clang 14 lambdas cannot capture a structured binding
+    const bool lazy = connect_lazily;
     for (const Layout& layout : layouts()) {
       World world = world_of(layout, 64 << 10, host_cpus, lazy);
       const bool expect = layout.name != "oneHost" && layout.name != "oneRankEach";
