@@ -100,8 +100,8 @@ TEST_P(KillDrill, SurvivorsReportTheLostPeer) {
 INSTANTIATE_TEST_SUITE_P(Ranks, KillDrill,
                          ::testing::Values(Drill{"ring", 3, 1}, Drill{"ring", 4, 0},
                                            Drill{"halving_doubling", 4, 2},
-                                           Drill{"halving_doubling", 3, 2},
-                                           Drill{"ring", 3, 1, "tcp"},
+                                           Drill{"halving_doubling", 3, 2}, Drill{"linear", 4, 2},
+                                           Drill{"linear", 4, 0}, Drill{"ring", 3, 1, "tcp"},
                                            Drill{"halving_doubling", 4, 2, "tcp"}),
                          name);
 
@@ -177,8 +177,8 @@ TEST_P(StopDrill, SurvivorsTimeOutNamingTheStoppedRank) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, StopDrill,
                          ::testing::Values(Drill{"ring", 3, 1}, Drill{"ring", 4, 3},
-                                           Drill{"halving_doubling", 4, 1},
-                                           Drill{"ring", 3, 1, "tcp"}),
+                                           Drill{"halving_doubling", 4, 1}, Drill{"linear", 4, 2},
+                                           Drill{"linear", 4, 0}, Drill{"ring", 3, 1, "tcp"}),
                          name);
 
 }  // namespace
