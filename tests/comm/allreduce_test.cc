@@ -171,22 +171,40 @@ TEST(AllreduceAuto, PicksRecursiveDoublingForTinyHalvingDoublingForSmallAndRingF
 }
 
 TEST(AllreduceAuto, PicksLinearForSmallMessagesOnlyOnOneHostWithMoreRanksThanCpus) {
-  const WorldShape crowded{.size = 8, .max_local = 8, .shared_memory = true, .crowded = true};
+  const WorldShape crowded{.size = 8, .max_local = 8, .shared_memory = true, .ranks_per_cpu = 4};
   EXPECT_EQ(choose_allreduce(1 << 10, crowded), Algorithm::Linear);
   EXPECT_EQ(choose_allreduce(kRecursiveDoublingMaxBytes, crowded), Algorithm::Linear);
   EXPECT_EQ(choose_allreduce(kRecursiveDoublingMaxBytes + 4, crowded), Algorithm::HalvingDoubling);
   // A CPU for every rank, TCP between the ranks, several hosts, or two ranks: recursive doubling.
   EXPECT_EQ(choose_allreduce(1 << 10, {.size = 8, .max_local = 8, .shared_memory = true}),
             Algorithm::RecursiveDoubling);
-  EXPECT_EQ(choose_allreduce(1 << 10, {.size = 8, .max_local = 8, .crowded = true}),
+  EXPECT_EQ(choose_allreduce(1 << 10, {.size = 8, .max_local = 8, .ranks_per_cpu = 4}),
             Algorithm::RecursiveDoubling);
-  EXPECT_EQ(
-      choose_allreduce(
-          1 << 10, {.size = 8, .hosts = 2, .max_local = 4, .shared_memory = true, .crowded = true}),
-      Algorithm::RecursiveDoubling);
-  EXPECT_EQ(choose_allreduce(1 << 10,
-                             {.size = 2, .max_local = 2, .shared_memory = true, .crowded = true}),
+  EXPECT_EQ(choose_allreduce(
+                1 << 10,
+                {.size = 8, .hosts = 2, .max_local = 4, .shared_memory = true, .ranks_per_cpu = 4}),
             Algorithm::RecursiveDoubling);
+  EXPECT_EQ(choose_allreduce(
+                1 << 10, {.size = 2, .max_local = 2, .shared_memory = true, .ranks_per_cpu = 4}),
+            Algorithm::RecursiveDoubling);
+}
+
+TEST(AllreduceAuto, KeepsHalvingDoublingForLargeMessagesOnlyOnAVeryCrowdedHost) {
+  // One host over shared memory: the ring from kSharedMemoryRingMinBytes, unless each CPU holds
+  // more than kSharedMemoryRingMaxRanksPerCpu ranks; over TCP the rule does not weigh crowding.
+  const auto shm = [](int per_cpu) {
+    return WorldShape{.size = 64, .max_local = 64, .shared_memory = true, .ranks_per_cpu = per_cpu};
+  };
+  EXPECT_EQ(choose_allreduce(kSharedMemoryRingMinBytes - 4, shm(1)), Algorithm::HalvingDoubling);
+  EXPECT_EQ(choose_allreduce(kSharedMemoryRingMinBytes, shm(1)), Algorithm::Ring);
+  EXPECT_EQ(choose_allreduce(kSharedMemoryRingMinBytes, shm(kSharedMemoryRingMaxRanksPerCpu)),
+            Algorithm::Ring);
+  EXPECT_EQ(choose_allreduce(kSharedMemoryRingMinBytes, shm(kSharedMemoryRingMaxRanksPerCpu + 1)),
+            Algorithm::HalvingDoubling);
+  EXPECT_EQ(choose_allreduce(size_t{1} << 30, shm(kSharedMemoryRingMaxRanksPerCpu + 1)),
+            Algorithm::HalvingDoubling);
+  const WorldShape tcp{.size = 64, .max_local = 64, .ranks_per_cpu = 32};
+  EXPECT_EQ(choose_allreduce(size_t{1} << 30, tcp), Algorithm::Ring);
 }
 
 TEST(AllreduceAuto, PicksHierarchicalAboveRecursiveDoublingWhenHostsHoldSeveralRanks) {

@@ -215,7 +215,7 @@ TEST(Failure, SetupTimeoutNamesTheMissingRankWhenPairsConnectOnFirstUse) {
 
 // A world whose pairs connect on first use agrees on its hosts through two store records: each
 // rank's "joined/<rank>" ("<host> cpus=C shm=0|1") and rank 0's "world" ("<host number of each
-// rank> shm=0|1 crowded=0|1"). A record that does not read so (a store shared with something else,
+// rank> shm=0|1 per_cpu=K"). A record that does not read so (a store shared with something else,
 // another version of Cohort) fails setup with a ProtocolError naming the record, never a world with
 // wrong hosts.
 TEST(Failure, MalformedRendezvousRecordsFailSetupNamingTheRecord) {
@@ -233,13 +233,15 @@ TEST(Failure, MalformedRendezvousRecordsFailSetupNamingTheRecord) {
       {"joined/1", "host cpus=2x shm=1", 0, "malformed record of rank 1"},
       {"joined/1", "cpus=2 shm=1", 0, "malformed record of rank 1"},
       {"joined/1", "", 0, "malformed record of rank 1"},
-      {"world", "0 x shm=1 crowded=0", 1, "malformed world record"},
+      {"world", "0 x shm=1 per_cpu=1", 1, "malformed world record"},
       {"world", "0 0", 1, "malformed world record"},
-      {"world", "0 -1 shm=0 crowded=0", 1, "malformed world record"},
-      {"world", "0 0 shm=yes crowded=0", 1, "malformed world record"},
+      {"world", "0 -1 shm=0 per_cpu=1", 1, "malformed world record"},
+      {"world", "0 0 shm=yes per_cpu=1", 1, "malformed world record"},
       {"world", "0 0 shm=1", 1, "malformed world record"},
-      {"world", "0 0 shm=1 crowded=2", 1, "malformed world record"},
-      {"world", "0 0 shm=1 crowded=0 more", 1, "malformed world record"},
+      {"world", "0 0 shm=1 per_cpu=0", 1, "malformed world record"},
+      {"world", "0 0 shm=1 per_cpu=2x", 1, "malformed world record"},
+      {"world", "0 0 shm=1 crowded=0", 1, "malformed world record"},
+      {"world", "0 0 shm=1 per_cpu=1 more", 1, "malformed world record"},
       {"world", "", 1, "malformed world record"},
   };
   for (const Case& c : cases) {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "cohort/comm/algorithms.h"
 #include "cohort/comm/communicator.h"
 #include "data.h"
 #include "world.h"
@@ -132,6 +133,30 @@ TEST(HierarchicalAllreduce, AutoPicksItAcrossHostsOfSeveralRanksOnly) {
         EXPECT_EQ(tiny[15], static_cast<float>(layout.ranks));
       });
     }
+  }
+}
+
+// From 1 MiB on one host over shared memory Auto takes the ring, unless each CPU holds more than
+// kSharedMemoryRingMaxRanksPerCpu ranks: 33 ranks stating 2 CPUs (17 per CPU), then 1 (33); the
+// ranks agree on it in a full mesh and in one whose pairs connect on first use.
+TEST(HierarchicalAllreduce, AutoKeepsHalvingDoublingForLargeMessagesOnAVeryCrowdedHost) {
+  static_assert(33 > kSharedMemoryRingMaxRanksPerCpu && 17 <= kSharedMemoryRingMaxRanksPerCpu);
+  const Layout one_host{"oneHost", 33, [](int) { return 0; }};
+  for (const auto& [cpus, connect_lazily] : {std::pair{2, false}, {1, false}, {1, true}}) {
+    const int host_cpus = cpus;  // copies: clang 14 lambdas cannot capture a structured binding
+    const bool lazy = connect_lazily;
+    World world = world_of(one_host, 64 << 10, host_cpus, lazy);
+    const Algorithm expect = host_cpus == 1 ? Algorithm::HalvingDoubling : Algorithm::Ring;
+    world.run([&](int r, Communicator& comm) {
+      std::vector<float> big(kSharedMemoryRingMinBytes / sizeof(float), 1.0f);
+      comm.allreduce(Buffer{DType::F32, big.data(), big.size()})->wait();
+      const FlightSnapshot s = comm.flight_recorder().snapshot();
+      ASSERT_EQ(s.records.size(), 1u);
+      EXPECT_EQ(s.records[0].algorithm, expect)
+          << "rank " << r << ", " << host_cpus << " CPUs" << (lazy ? ", lazy: " : ": ")
+          << algorithm_name(s.records[0].algorithm);
+      EXPECT_EQ(big[12345], 33.0f);
+    });
   }
 }
 

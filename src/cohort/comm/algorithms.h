@@ -156,15 +156,20 @@ inline constexpr size_t kRecursiveDoublingMaxBytes = size_t{32} << 10;
 // allreduce_auto.cc).
 inline constexpr size_t kSharedMemoryRingMinBytes = size_t{1} << 20;
 
+// On one host over shared memory, with more ranks on some host than this many per CPU, Auto keeps
+// halving-doubling above the ring's minimum too (see allreduce_auto.cc).
+inline constexpr int kSharedMemoryRingMaxRanksPerCpu = 32;
+
 // What Auto weighs besides the size of the buffer: how many ranks, on how many hosts, the most
-// crowded of which holds max_local of them, and whether pairs of ranks on one host talk over
-// shared memory.
+// crowded of which holds max_local of them, whether pairs of ranks on one host talk over shared
+// memory, and how many ranks share each CPU on the most crowded host.
 struct WorldShape {
   int size = 1;
   int hosts = 1;
   int max_local = 1;
   bool shared_memory = false;
-  bool crowded = false;  // some host has more ranks than CPUs (Mesh::crowded)
+  int ranks_per_cpu = 1;  // Mesh::ranks_per_cpu: more than 1 where a host has more ranks than CPUs
+  bool crowded() const { return ranks_per_cpu > 1; }
 };
 // Which allreduce algorithm Auto picks for `bytes` on `world`.
 Algorithm choose_allreduce(size_t bytes, const WorldShape& world);

@@ -34,6 +34,16 @@
 // so halving-doubling below 1 MiB and the ring from there (kSharedMemoryRingMinBytes), where the
 // rule for TCP would keep halving-doubling up to 3.75 MiB at 16 ranks and 15.5 MiB at 32.
 //
+// Unless each CPU holds more than kSharedMemoryRingMaxRanksPerCpu ranks. Then every step costs
+// each rank a turn of a CPU, and the ring's 2(n-1) of them outweigh what it gains per byte:
+// halving-doubling takes 2 log2(n). Measured the same way (2 cores, so 32 ranks per CPU at 64
+// ranks), median ms of 1-2 interleaved runs, ring / halving-doubling:
+//                1 MiB                   4 MiB
+//    64 ranks:   31.2-37.0 / 41.7-42.3     112-128 / 117-150
+//   128 ranks:   75.0-84.2 / 66.4-97.8     283-333 / 211-324
+//   256 ranks:       303.7 / 330.4            1640 / 993
+//   512 ranks:      1005.1 / 671.0            2884 / 2089
+//
 // On one host with more ranks than CPUs, in recursive doubling's range, the linear allreduce
 // instead: there a step costs each rank a turn of a CPU rather than microseconds, and recursive
 // doubling takes log2(n) of them where the linear allreduce takes two (allreduce_linear.cc).
@@ -56,15 +66,18 @@ namespace cohort::comm {
 
 Algorithm choose_allreduce(size_t bytes, const WorldShape& world) {
   if (world.size > 1 && bytes <= kRecursiveDoublingMaxBytes) {
-    const bool one_crowded_host = world.hosts == 1 && world.shared_memory && world.crowded;
+    const bool one_crowded_host = world.hosts == 1 && world.shared_memory && world.crowded();
     return one_crowded_host && world.size > 2 ? Algorithm::Linear : Algorithm::RecursiveDoubling;
   }
   if (world.hosts > 1 && world.max_local > 1) return Algorithm::Hierarchical;
   if (world.size <= 2) return Algorithm::Ring;
   const size_t n = static_cast<size_t>(world.size);
-  const size_t crossover = world.hosts == 1 && world.shared_memory
-                               ? kSharedMemoryRingMinBytes
-                               : n * (n - 1) * (size_t{16} << 10) + 1;
+  if (world.hosts == 1 && world.shared_memory) {
+    const bool ring = bytes >= kSharedMemoryRingMinBytes &&
+                      world.ranks_per_cpu <= kSharedMemoryRingMaxRanksPerCpu;
+    return ring ? Algorithm::Ring : Algorithm::HalvingDoubling;
+  }
+  const size_t crossover = n * (n - 1) * (size_t{16} << 10) + 1;
   return bytes < crossover ? Algorithm::HalvingDoubling : Algorithm::Ring;
 }
 

@@ -230,7 +230,7 @@ std::unique_ptr<Mesh> Mesh::connect(store::Store& store, const CommConfig& o) {
   hosts[static_cast<size_t>(o.rank)] = this_host(o);
   cpus[static_cast<size_t>(o.rank)] = usable_cpus(o);
   m->set_hosts(hosts);
-  m->crowded_ = any_host_crowded(m->host_of_, cpus);
+  m->ranks_per_cpu_ = most_ranks_per_cpu(m->host_of_, cpus);
   auto pairs = make_pairs(o, links, setup.deadline());
   for (int r = 0; r < o.size; ++r) {
     if (r == o.rank) continue;

@@ -77,7 +77,7 @@ class Mesh {
   bool shared_memory_everywhere() const { return shm_everywhere_; }
   // Whether some host holds more ranks than the CPUs they share (each rank states the CPUs it
   // counts at setup, and a host counts its fewest): the same on every rank, so what Auto weighs.
-  bool crowded() const { return crowded_; }
+  int ranks_per_cpu() const { return ranks_per_cpu_; }
   // The pair to peer r (r != rank()), connected first if it is not yet: StallError(r) when that
   // does not happen by `deadline`, PeerLostError(r) when the peer refuses, AbortedError after
   // shutdown_all(). Only the thread running the operation in flight calls it.
@@ -123,7 +123,7 @@ class Mesh {
   std::vector<int> host_of_{0};
   int hosts_ = 1;
   bool shm_everywhere_ = false;
-  bool crowded_ = false;
+  int ranks_per_cpu_ = 1;
   mutable std::mutex mu_;  // pairs_, closed_ (ready_ is written under it)
   std::vector<std::unique_ptr<transport::Pair>> pairs_;
   std::vector<std::unique_ptr<FrameSeal>> seals_;  // written before ready_, read after it

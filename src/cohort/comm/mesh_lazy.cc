@@ -19,8 +19,7 @@
 namespace cohort::comm {
 namespace {
 
-// A flag of a rendezvous record: "shm=1" or "shm=0" (whether shared memory is used), "crowded=1"
-// or "crowded=0" (whether some host has more ranks than CPUs).
+// A flag of a rendezvous record: "shm=1" or "shm=0" (whether shared memory is used).
 std::string flag(const char* name, bool on) {
   return std::string(name) + (on ? "=1" : "=0");
 }
@@ -32,14 +31,22 @@ std::optional<bool> read_flag(const char* name, const std::string& word) {
   return std::nullopt;
 }
 
-// "cpus=C" with C >= 1; nullopt otherwise.
-std::optional<int> read_cpus(const std::string& word) {
-  int cpus = 0, used = 0;
-  if (std::sscanf(word.c_str(), "cpus=%d%n", &cpus, &used) != 1 ||
-      used != static_cast<int>(word.size()) || cpus < 1) {
+// A count of a rendezvous record, at least 1: "cpus=C" (the CPUs a rank counts), "per_cpu=K" (the
+// ranks per CPU of the most crowded host).
+std::string count(const char* name, int n) {
+  return std::string(name) + "=" + std::to_string(n);
+}
+
+// The count `word` states; nullopt when it is not that count's form.
+std::optional<int> read_count(const char* name, const std::string& word) {
+  const std::string prefix = std::string(name) + "=";
+  int n = 0, used = 0;
+  if (word.rfind(prefix, 0) != 0 ||
+      std::sscanf(word.c_str() + prefix.size(), "%d%n", &n, &used) != 1 ||
+      used != static_cast<int>(word.size() - prefix.size()) || n < 1) {
     return std::nullopt;
   }
-  return cpus;
+  return n;
 }
 
 }  // namespace
@@ -62,7 +69,7 @@ Mesh::Lazy::Lazy(Mesh& mesh, store::Store& store, const CommConfig& o)
   try {
     publish_address(store_, o_, door_->port());
     store_.set(key("joined/" + std::to_string(o.rank)),
-               store::to_bytes(this_host(o) + " cpus=" + std::to_string(usable_cpus(o)) + " " +
+               store::to_bytes(this_host(o) + " " + count("cpus", usable_cpus(o)) + " " +
                                flag("shm", o.transport != Transport::Tcp)));
     rendezvous(deadline);
   } catch (...) {
@@ -118,8 +125,8 @@ void Mesh::Lazy::rendezvous(Deadline deadline) {
       const size_t space =
           last == std::string::npos || last == 0 ? std::string::npos : joined.rfind(' ', last - 1);
       const auto on = read_flag("shm", last == std::string::npos ? "" : joined.substr(last + 1));
-      const auto counted =
-          read_cpus(space == std::string::npos ? "" : joined.substr(space + 1, last - space - 1));
+      const auto counted = read_count(
+          "cpus", space == std::string::npos ? "" : joined.substr(space + 1, last - space - 1));
       if (!on || !counted) {
         throw ProtocolError("communicator setup: malformed record of rank " + std::to_string(r) +
                             " joining");
@@ -133,9 +140,9 @@ void Mesh::Lazy::rendezvous(Deadline deadline) {
       cpus[r] = *counted;
     }
     mesh_.shm_everywhere_ = shm;
-    mesh_.crowded_ = any_host_crowded(host_of, cpus);
-    store_.set(key("world"),
-               store::to_bytes(world + flag("shm", shm) + " " + flag("crowded", mesh_.crowded_)));
+    mesh_.ranks_per_cpu_ = most_ranks_per_cpu(host_of, cpus);
+    store_.set(key("world"), store::to_bytes(world + flag("shm", shm) + " " +
+                                             count("per_cpu", mesh_.ranks_per_cpu_)));
   } else {
     try {
       store_.wait({key("world")}, deadline.remaining());
@@ -148,14 +155,14 @@ void Mesh::Lazy::rendezvous(Deadline deadline) {
       if (!(in >> h) || h < 0) throw ProtocolError("communicator setup: malformed world record");
       hosts[r] = std::to_string(h);
     }
-    std::string shm_word, crowded_word, rest;
+    std::string shm_word, per_cpu_word, rest;
     const auto shm = in >> shm_word ? read_flag("shm", shm_word) : std::nullopt;
-    const auto crowded = in >> crowded_word ? read_flag("crowded", crowded_word) : std::nullopt;
-    if (!shm || !crowded || in >> rest) {
+    const auto per_cpu = in >> per_cpu_word ? read_count("per_cpu", per_cpu_word) : std::nullopt;
+    if (!shm || !per_cpu || in >> rest) {
       throw ProtocolError("communicator setup: malformed world record");
     }
     mesh_.shm_everywhere_ = *shm;
-    mesh_.crowded_ = *crowded;
+    mesh_.ranks_per_cpu_ = *per_cpu;
   }
   mesh_.set_hosts(hosts);
   local_pairs_ = pairs_of_host(mesh_.ranks_on_this_host());

@@ -4,9 +4,9 @@
 // Rendezvous: every rank publishes its listener's address ("<prefix>/addr/<rank>"), its host
 // identity, the CPUs it counts there and whether it would use shared memory
 // ("<prefix>/joined/<rank>": "<host> cpus=2 shm=1"). Rank 0 waits for all of them and publishes
-// every rank's host number, whether all of them would use shared memory and whether some host
-// has more ranks than CPUs ("<prefix>/world": "0 0 1 1 shm=1 crowded=0"); the others wait for
-// that one key.
+// every rank's host number, whether all of them would use shared memory and the ranks per CPU of
+// the most crowded host ("<prefix>/world": "0 0 1 1 shm=1 per_cpu=1"); the others wait for that
+// one key.
 // So setup costs the store O(n) operations in all, and a rank that never joins is named by every
 // rank.
 //

@@ -151,17 +151,19 @@ int usable_cpus(const CommConfig& o) {
   return o.host_cpus > 0 ? o.host_cpus : allowed_cpu_count();
 }
 
-bool any_host_crowded(const std::vector<int>& host_of, const std::vector<int>& cpus) {
+int most_ranks_per_cpu(const std::vector<int>& host_of, const std::vector<int>& cpus) {
   std::unordered_map<int, std::pair<int, int>> hosts;  // host -> ranks, fewest CPUs counted
   for (size_t r = 0; r < host_of.size(); ++r) {
     auto [it, fresh] = hosts.try_emplace(host_of[r], 0, cpus[r]);
     ++it->second.first;
     it->second.second = std::min(it->second.second, cpus[r]);
   }
+  int most = 1;
   for (const auto& [host, h] : hosts) {
-    if (h.first > h.second) return true;
+    const int shared = std::max(h.second, 1);
+    most = std::max(most, (h.first + shared - 1) / shared);
   }
-  return false;
+  return most;
 }
 
 std::string info_of(const CommConfig& o) {

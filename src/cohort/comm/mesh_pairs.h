@@ -34,9 +34,10 @@ struct PeerInfo {
 // CPUs the ranks of this host share: what their launcher says it shared out among them
 // (CommConfig::host_cpus), else this process's affinity mask (cgroup cpusets narrow it too).
 int usable_cpus(const CommConfig& o);
-// Whether some host holds more ranks than the CPUs they share (the fewest any of its ranks
-// counts): rank r is on host host_of[r] and counts cpus[r].
-bool any_host_crowded(const std::vector<int>& host_of, const std::vector<int>& cpus);
+// The ranks per CPU of the most crowded host, rounded up: a host's ranks over the CPUs they share
+// (the fewest any of its ranks counts); rank r is on host host_of[r] and counts cpus[r]. 1 where
+// no host has more ranks than CPUs.
+int most_ranks_per_cpu(const std::vector<int>& host_of, const std::vector<int>& cpus);
 // What this rank states.
 std::string info_of(const CommConfig& o);
 // nullopt if malformed.

@@ -47,7 +47,7 @@ WorldShape shape_of(const Mesh& mesh) {
                     .hosts = mesh.hosts(),
                     .max_local = *std::max_element(per_host.begin(), per_host.end()),
                     .shared_memory = mesh.shared_memory_everywhere(),
-                    .crowded = mesh.crowded()};
+                    .ranks_per_cpu = mesh.ranks_per_cpu()};
 }
 
 }  // namespace

@@ -164,11 +164,12 @@ comm::Algorithm resolve_algorithm(comm::Algorithm algorithm, size_t bytes,
                                   const std::vector<int>& host_of, bool shared_memory, int cores) {
   if (algorithm != comm::Algorithm::Auto) return algorithm;
   const int most = max_local(host_of);
-  return comm::choose_allreduce(bytes, {.size = static_cast<int>(host_of.size()),
-                                        .hosts = host_count(host_of),
-                                        .max_local = most,
-                                        .shared_memory = shared_memory,
-                                        .crowded = cores > 0 && most > cores});
+  return comm::choose_allreduce(bytes,
+                                {.size = static_cast<int>(host_of.size()),
+                                 .hosts = host_count(host_of),
+                                 .max_local = most,
+                                 .shared_memory = shared_memory,
+                                 .ranks_per_cpu = cores > 0 ? (most + cores - 1) / cores : 1});
 }
 
 std::vector<RankPlan> plan_collective(const CollectiveSpec& spec, const std::vector<int>& host_of,
