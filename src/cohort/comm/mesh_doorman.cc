@@ -14,7 +14,10 @@
 namespace cohort::comm {
 
 Doorman::Doorman(const CommConfig& o, std::string me, net::Listener listener)
-    : o_(o), me_(std::move(me)), listener_(std::move(listener)) {}
+    : o_(o),
+      me_(std::move(me)),
+      listener_(std::move(listener)),
+      silence_ms_(o.handshake_timeout.count()) {}
 
 void Doorman::drop(Pending& p, const std::string& why) const {
   spdlog::warn("communicator (rank {}): closed connection from {}: {}", o_.rank, p.from, why);
@@ -61,20 +64,27 @@ void Doorman::poll_once(Deadline until, int wake_fd, const OnPeer& on_peer) {
   fds.push_back(pollfd{listener_.fd(), POLLIN, 0});
   fds.push_back(pollfd{wake_fd, POLLIN, 0});  // poll ignores a negative descriptor
   Deadline wake = until;
+  const std::chrono::milliseconds silence(silence_ms_.load(std::memory_order_relaxed));
   for (auto& p : pending_) {
     const short ev = static_cast<short>(POLLIN | (p.writer.empty() ? 0 : POLLOUT));
     fds.push_back({p.sock.fd(), ev, 0});
-    wake = wake.earlier(Deadline(p.since + o_.handshake_timeout));
+    wake = wake.earlier(Deadline(p.heard + silence));
   }
   const int rc = ::poll(fds.data(), fds.size(), wake.poll_timeout_ms());
   if (rc < 0 && errno != EINTR) throw SystemError("poll", errno);
 
+  // A connection is timed from when it was last heard from, not from its arrival: while an
+  // earlier peer's pair is being set up (on_peer), the others' bytes wait here unread, and a
+  // peer whose turn on a crowded host's CPUs comes late is still a peer.
   std::deque<Pending> still;
   for (size_t i = 0; i < pending_.size(); ++i) {
     Pending& p = pending_[i];
-    if (rc > 0 && fds[i + 2].revents != 0 && advance(p, on_peer)) continue;
-    if (Clock::now() >= p.since + o_.handshake_timeout) {
-      drop(p, "no handshake within " + std::to_string(o_.handshake_timeout.count()) + " ms");
+    if (rc > 0 && fds[i + 2].revents != 0) {
+      p.heard = Clock::now();
+      if (advance(p, on_peer)) continue;
+    }
+    if (Clock::now() >= p.heard + silence) {
+      drop(p, "silent for " + std::to_string(silence.count()) + " ms during the handshake");
       continue;
     }
     still.push_back(std::move(p));
@@ -100,7 +110,7 @@ void Doorman::accept_new() {
     }
     std::string from = s.peer_address();
     pending_.push_back(Pending{.sock = std::move(s),
-                               .since = Clock::now(),
+                               .heard = Clock::now(),
                                .from = std::move(from),
                                .hs = net::ServerHandshake(o_.token, me_)});
   }

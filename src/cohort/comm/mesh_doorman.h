@@ -3,10 +3,12 @@
 // A Doorman owns a rank's listener and runs the server side of the handshake of every connection
 // that arrives, each driven by the bytes it has sent (poll), so that no connection ever blocks
 // the others. Anything that is not a well-behaved peer (garbage, a wrong token, a connection that
-// says nothing within handshake_timeout) costs one log line and is closed. Pending connections
+// falls silent for the handshake timeout) costs one log line and is closed. Pending connections
 // are bounded in number: beyond the bound the oldest one is dropped (a real peer dials again).
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <string>
@@ -34,6 +36,9 @@ class Doorman {
   uint16_t port() const { return listener_.port(); }
   // Bounds the pending handshakes (at least 32).
   void set_max_pending(size_t n) { max_pending_ = n; }
+  // How long a pending connection may stay silent (CommConfig::handshake_timeout until set); may
+  // be called from another thread than poll_once's.
+  void set_handshake_timeout(std::chrono::milliseconds t) { silence_ms_ = t.count(); }
   // Waits until `until`, or until something arrives on the listener, a pending handshake or
   // `wake_fd` (when >= 0: readable means wake up, and the caller drains it), and moves every
   // handshake on with what has arrived.
@@ -44,7 +49,7 @@ class Doorman {
  private:
   struct Pending {
     net::Socket sock;
-    Clock::time_point since;
+    Clock::time_point heard;  // accepted, or last sent something
     std::string from;
     net::ServerHandshake hs;
     net::FrameReader reader;
@@ -63,6 +68,7 @@ class Doorman {
   net::Listener listener_;
   std::deque<Pending> pending_;
   size_t max_pending_ = 32;
+  std::atomic<int64_t> silence_ms_;
 };
 
 }  // namespace cohort::comm

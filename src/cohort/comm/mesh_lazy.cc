@@ -61,7 +61,8 @@ Mesh::Lazy::Lazy(Mesh& mesh, store::Store& store, const CommConfig& o)
   // The listener, a connection to each of a few dozen peers and pending strangers.
   net::ensure_descriptors(512, "communicator setup (rank " + std::to_string(o.rank) + ")");
   door_ = std::make_unique<Doorman>(o_, me_, net::Listener::bind(o.bind_host, 0, kListenBacklog));
-  door_->set_max_pending(256);
+  // Every other rank may dial this one at once (the linear allreduce's root, a broadcast's).
+  door_->set_max_pending(std::max<size_t>(256, static_cast<size_t>(o.size)));
   local_pairs_ = pairs_of_host(o.size);  // as if every rank were on this host
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) throw SystemError("eventfd", errno);
@@ -166,6 +167,10 @@ void Mesh::Lazy::rendezvous(Deadline deadline) {
   }
   mesh_.set_hosts(hosts);
   local_pairs_ = pairs_of_host(mesh_.ranks_on_this_host());
+  // A peer that shares a CPU with k ranks gets its turn about k times less often: beyond 16 ranks
+  // per CPU the silence a handshake may keep grows with k (at 512 ranks on 2 CPUs, 3 s dropped
+  // real peers).
+  door_->set_handshake_timeout(o_.handshake_timeout * std::max(1, mesh_.ranks_per_cpu_ / 16));
 }
 
 uint64_t Mesh::Lazy::pairs_of_host(int ranks) const {
