@@ -75,8 +75,9 @@ class Mesh {
   // Transport::Tcp): the same on every rank, so what Auto weighs (a pair that fell back to TCP
   // because /dev/shm is too small does not change it).
   bool shared_memory_everywhere() const { return shm_everywhere_; }
-  // Whether some host holds more ranks than the CPUs they share (each rank states the CPUs it
-  // counts at setup, and a host counts its fewest): the same on every rank, so what Auto weighs.
+  // The ranks per CPU of the most crowded host, rounded up; more than 1 where some host holds more
+  // ranks than the CPUs they share (each rank states the CPUs it counts at setup, and a host
+  // counts its fewest): the same on every rank, so what Auto weighs.
   int ranks_per_cpu() const { return ranks_per_cpu_; }
   // The pair to peer r (r != rank()), connected first if it is not yet: StallError(r) when that
   // does not happen by `deadline`, PeerLostError(r) when the peer refuses, AbortedError after
