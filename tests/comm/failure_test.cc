@@ -1,6 +1,7 @@
 // What happens when things go wrong: mismatched collectives, a rank that never shows up, abort,
 // a rank that disappears mid-collective, and hostile connections during setup.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -10,6 +11,7 @@
 #include "cohort/base/clock.h"
 #include "cohort/base/error.h"
 #include "cohort/comm/communicator.h"
+#include "cohort/comm/mesh_doorman.h"
 #include "cohort/net/frame.h"
 #include "cohort/net/handshake.h"
 #include "cohort/net/socket.h"
@@ -400,6 +402,53 @@ TEST(Failure, A64RankWorldFormsThroughAHundredHostileConnections) {
     std::vector<int32_t> v(100, r);
     comms[r]->allreduce(Buffer{DType::I32, v.data(), v.size()})->wait();
     for (int32_t x : v) ASSERT_EQ(x, n * (n - 1) / 2);
+  });
+}
+
+// A connection that keeps sending, a byte at a time and never falling silent for long, but never
+// finishes its handshake is closed once its handshake has lasted its lifetime: it cannot hold a
+// slot of a world that keeps its listener open (connecting on first use) for as long as its
+// frames allow. The world works afterwards.
+TEST(Failure, AConnectionThatTricklesItsHandshakeIsClosedAtItsLifetime) {
+  const int n = 2;
+  const auto silence = 1s;
+  store::MemoryStore store;
+  std::vector<std::unique_ptr<Communicator>> comms(n);
+  testing::on_threads(n, [&](int r) {
+    CommConfig c = testing::test_config(r, n);
+    c.connect_all_up_to = 1;  // the listener stays open after setup
+    c.handshake_timeout = silence;
+    comms[r] = Communicator::create(store, c);
+  });
+  const auto ep = net::Endpoint::parse(store::to_string(store.get("comm/addr/0")));
+  auto s = net::Socket::connect(ep, Deadline::after(5s));
+  net::FrameHeader h;
+  h.type = static_cast<uint16_t>(net::MsgType::kHello);
+  h.length = net::kMaxHandshakeFrame;  // as long a hello as the limit allows, sent a byte at a time
+  s.send_all(&h, sizeof(h), Deadline::after(5s));
+  const auto t0 = Clock::now();
+  bool closed = false;
+  for (size_t sent = 0; sent < h.length && !closed && seconds_since(t0) < 10; ++sent) {
+    pollfd p{s.fd(), POLLIN, 0};
+    // A byte every 50 ms: never silent for long enough to be dropped.
+    if (::poll(&p, 1, 50) > 0) {
+      char c;
+      closed = ::recv(s.fd(), &c, 1, 0) <= 0;
+    } else {
+      const char byte = 'x';
+      closed = ::send(s.fd(), &byte, 1, MSG_NOSIGNAL) != 1;
+    }
+  }
+  const double lasted_s = seconds_since(t0);
+  ASSERT_TRUE(closed) << "the trickling connection was kept for " << lasted_s << " s";
+  const double lifetime_s =
+      std::chrono::duration<double>(silence * Doorman::kHandshakeLifetimes).count();
+  EXPECT_GE(lasted_s, lifetime_s - 0.1) << "closed before its lifetime: it was not silent";
+  EXPECT_LT(lasted_s, lifetime_s + 2.0);
+  testing::on_threads(n, [&](int r) {
+    std::vector<int32_t> v(100, r + 1);
+    comms[r]->allreduce(Buffer{DType::I32, v.data(), v.size()})->wait();
+    for (int32_t x : v) ASSERT_EQ(x, 3);
   });
 }
 

@@ -47,7 +47,9 @@ struct CommConfig {
   // buffer pinned at 256 KiB would cap a 25 Gbit/s link with 1 ms of round trip at about
   // 2 Gbit/s); set it only to measure or to bound memory.
   int remote_socket_buffer_bytes = 0;
-  // During setup, an accepted connection that has not authenticated within this is dropped.
+  // An accepted connection that stays silent this long before it has authenticated is dropped,
+  // and so is one still not authenticated after four times this (mesh_doorman.h); a world that
+  // connects on first use lengthens both on a host of more than 16 ranks per CPU.
   std::chrono::milliseconds handshake_timeout{3000};
   // Keys this communicator uses in the store: "<prefix>/addr/<rank>" (rendezvous),
   // "<prefix>/failed/<rank>" (why a rank failed, and which rank it blames) and

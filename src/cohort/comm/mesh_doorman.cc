@@ -65,17 +65,19 @@ void Doorman::poll_once(Deadline until, int wake_fd, const OnPeer& on_peer) {
   fds.push_back(pollfd{wake_fd, POLLIN, 0});  // poll ignores a negative descriptor
   Deadline wake = until;
   const std::chrono::milliseconds silence(silence_ms_.load(std::memory_order_relaxed));
+  const auto lifetime = silence * kHandshakeLifetimes;
   for (auto& p : pending_) {
     const short ev = static_cast<short>(POLLIN | (p.writer.empty() ? 0 : POLLOUT));
     fds.push_back({p.sock.fd(), ev, 0});
-    wake = wake.earlier(Deadline(p.heard + silence));
+    wake = wake.earlier(Deadline(std::min(p.heard + silence, p.arrived + lifetime)));
   }
   const int rc = ::poll(fds.data(), fds.size(), wake.poll_timeout_ms());
   if (rc < 0 && errno != EINTR) throw SystemError("poll", errno);
 
   // A connection is timed from when it was last heard from, not from its arrival: while an
   // earlier peer's pair is being set up (on_peer), the others' bytes wait here unread, and a
-  // peer whose turn on a crowded host's CPUs comes late is still a peer.
+  // peer whose turn on a crowded host's CPUs comes late is still a peer. What bounds a connection
+  // that keeps sending without finishing is its lifetime.
   std::deque<Pending> still;
   for (size_t i = 0; i < pending_.size(); ++i) {
     Pending& p = pending_[i];
@@ -83,8 +85,13 @@ void Doorman::poll_once(Deadline until, int wake_fd, const OnPeer& on_peer) {
       p.heard = Clock::now();
       if (advance(p, on_peer)) continue;
     }
-    if (Clock::now() >= p.heard + silence) {
+    const auto now = Clock::now();
+    if (now >= p.heard + silence) {
       drop(p, "silent for " + std::to_string(silence.count()) + " ms during the handshake");
+      continue;
+    }
+    if (now >= p.arrived + lifetime) {
+      drop(p, "no handshake within " + std::to_string(lifetime.count()) + " ms");
       continue;
     }
     still.push_back(std::move(p));
@@ -109,8 +116,10 @@ void Doorman::accept_new() {
       pending_.pop_front();
     }
     std::string from = s.peer_address();
+    const auto now = Clock::now();
     pending_.push_back(Pending{.sock = std::move(s),
-                               .heard = Clock::now(),
+                               .arrived = now,
+                               .heard = now,
                                .from = std::move(from),
                                .hs = net::ServerHandshake(o_.token, me_)});
   }

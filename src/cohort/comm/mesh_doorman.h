@@ -3,8 +3,9 @@
 // A Doorman owns a rank's listener and runs the server side of the handshake of every connection
 // that arrives, each driven by the bytes it has sent (poll), so that no connection ever blocks
 // the others. Anything that is not a well-behaved peer (garbage, a wrong token, a connection that
-// falls silent for the handshake timeout) costs one log line and is closed. Pending connections
-// are bounded in number: beyond the bound the oldest one is dropped (a real peer dials again).
+// falls silent for the handshake timeout, or keeps sending without finishing the handshake for
+// kHandshakeLifetimes of it) costs one log line and is closed. Pending connections are bounded in
+// number: beyond the bound the oldest one is dropped (a real peer dials again).
 #pragma once
 
 #include <atomic>
@@ -23,6 +24,12 @@ namespace cohort::comm {
 
 class Doorman {
  public:
+  // A pending handshake is dropped once it has lasted this many times the silence it may keep,
+  // however often it sends: a real peer sends two messages (its hello, its response), each at
+  // most a silence after the last thing it heard, while a connection that trickles a byte at a
+  // time would otherwise hold its slot for as long as its frames allow.
+  static constexpr int kHandshakeLifetimes = 4;
+
   // What to do with a connection that proved the token: `info` is what the peer stated about
   // itself, `session` the connection's session key, `from` its address (for log lines). Return
   // an empty string to keep the socket (it has been moved from), or why it is refused (it is then
@@ -49,6 +56,7 @@ class Doorman {
  private:
   struct Pending {
     net::Socket sock;
+    Clock::time_point arrived;
     Clock::time_point heard;  // accepted, or last sent something
     std::string from;
     net::ServerHandshake hs;
