@@ -5,7 +5,7 @@ BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 CTEST_ARGS ?=
 
-.PHONY: deps configure build run test install test-asan test-asan-all test-tsan test-tsan-core ci-sanitizers fuzz bench-training bench-compare bench-shm bench-scale bench-python bench-python-elastic bench-compression bench-sync bench-recovery bench-coordinator-loss bench-rendezvous bench-simulate soak accuracy-compression bench-trace format lint clean
+.PHONY: deps configure build run test install test-asan test-asan-all test-tsan test-tsan-core ci-sanitizers fuzz bench-training bench-compare bench-shm bench-scale bench-tcp bench-python bench-python-elastic bench-compression bench-sync bench-recovery bench-coordinator-loss bench-rendezvous bench-simulate soak accuracy-compression bench-trace format lint clean
 
 deps:
 	@scripts/install-deps.sh
@@ -80,6 +80,12 @@ bench-shm: build
 # 2 hosts x 2 and x 4 ranks at 1 Gbit/s (a few minutes); writes its section of BENCHMARKS.md.
 bench-scale: build
 	scripts/bench-scale.sh
+
+# Two ranks over TCP (needs root for its second part): Cohort's allreduce at 16 and 64 MiB against
+# iperf3 --bidir on loopback, and on the emulated cluster at 1 Gbit/s Cohort's default socket
+# buffers against pinned ones (about 10 minutes); writes its section of BENCHMARKS.md.
+bench-tcp: build
+	scripts/bench-tcp.sh
 
 # The same PyTorch scripts with backend "gloo" and "cohort": DDP samples/s (mlp, cnn; workers
 # unbound and bound, separate runs and both backends in the same processes) and all_reduce latency

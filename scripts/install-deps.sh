@@ -21,6 +21,8 @@ PACKAGES=(
   libopenblas-dev
   # peers measured against in BENCHMARKS.md
   libgloo-dev libopenmpi-dev openmpi-bin python3-torch
+  # what TCP carries between two processes, the reference of the TCP benchmark
+  iperf3
   # TorchElastic's etcd-v2 rendezvous, for the coordinator-loss and rendezvous benchmarks
   python3-etcd
   # network namespaces and traffic control for the emulated-cluster tests

@@ -97,9 +97,27 @@ TEST(BenchCli, RejectsInvalidSizesWithoutStartingRanks) {
 // The communicator settings travel to the ranks, which verify every sum under them (1 KiB
 // segments: hundreds per block; the textbook ring order; small socket buffers).
 TEST(BenchCli, RunsWithTheCommunicatorSettingsGiven) {
-  CohortProcess p({"bench", "allreduce", "--ranks", "3", "--sizes", "4100,256K", "--algo", "ring",
-                   "--iters", "5", "--warmup", "1", "--chunk", "1K", "--ring-window", "0",
-                   "--socket-buffer", "64K", "--json"});
+  CohortProcess p({"bench",
+                   "allreduce",
+                   "--ranks",
+                   "3",
+                   "--sizes",
+                   "4100,256K",
+                   "--algo",
+                   "ring",
+                   "--iters",
+                   "5",
+                   "--warmup",
+                   "1",
+                   "--chunk",
+                   "1K",
+                   "--ring-window",
+                   "0",
+                   "--socket-buffer",
+                   "64K",
+                   "--remote-socket-buffer",
+                   "128K",
+                   "--json"});
   auto st = p.wait_for(60s);
   ASSERT_TRUE(st) << "launcher still running after 60 s\n" << p.err();
   ASSERT_TRUE(exited_with(st, 0)) << p.err();
@@ -107,7 +125,8 @@ TEST(BenchCli, RunsWithTheCommunicatorSettingsGiven) {
   for (std::vector<std::string> bad : {std::vector<std::string>{"--chunk", "0"},
                                        {"--chunk", "2X"},
                                        {"--ring-window", "-1"},
-                                       {"--socket-buffer", "2G"}}) {
+                                       {"--socket-buffer", "2G"},
+                                       {"--remote-socket-buffer", "3G"}}) {
     std::vector<std::string> args = {"bench", "allreduce"};
     args.insert(args.end(), bad.begin(), bad.end());
     CohortProcess q(args);

@@ -59,6 +59,8 @@ constexpr const char* kUsage =
     "  --chunk BYTES      pipeline segment size (CommConfig::chunk_bytes, default 256K)\n"
     "  --socket-buffer BYTES  SO_SNDBUF/SO_RCVBUF of data connections, 0: kernel autotuning\n"
     "                     (CommConfig::socket_buffer_bytes, default 256K)\n"
+    "  --remote-socket-buffer BYTES  the same for connections between ranks of different\n"
+    "                     hosts (CommConfig::remote_socket_buffer_bytes, default 0)\n"
     "  --ring-window K    ring segments per step and round (CommConfig::ring_window,\n"
     "                     default 1; 0: a whole block per step)\n"
     "  --transport NAME   auto | tcp | shm: what carries the ranks' pairs (CommConfig::transport,\n"
@@ -89,9 +91,9 @@ constexpr const char* kUsage =
     "busbw = algbw * 2(n-1)/n, in GB/s (1e9 bytes per second).\n";
 
 const std::set<std::string> kValueFlags = {
-    "ranks", "sizes", "algo", "iters", "warmup", "timeout", "chunk", "socket-buffer", "ring-window",
-    "spin-us", "yield-us", "single-copy", "fold", "transport", "integrity", "hosts", "bind",
-    "bind-to",
+    "ranks", "sizes", "algo", "iters", "warmup", "timeout", "chunk", "socket-buffer",
+    "remote-socket-buffer", "ring-window", "spin-us", "yield-us", "single-copy", "fold",
+    "transport", "integrity", "hosts", "bind", "bind-to",
     // hidden: a rank spawned by the launcher, and the fault drills of the fault tests
     "worker-rank", "store", "host-cpus", "fault", "fault-rank", "fault-after-iters"};
 const std::set<std::string> kBoolFlags = {"json", "help"};
@@ -155,6 +157,10 @@ BenchOptions parse_options(const Args& a) {
   if (a.has("chunk")) o.chunk_bytes = bytes_in("chunk", 1, uint64_t{1} << 30);
   if (a.has("socket-buffer")) {
     o.socket_buffer_bytes = static_cast<long>(bytes_in("socket-buffer", 0, uint64_t{1} << 30));
+  }
+  if (a.has("remote-socket-buffer")) {
+    o.remote_socket_buffer_bytes =
+        static_cast<long>(bytes_in("remote-socket-buffer", 0, uint64_t{1} << 30));
   }
   if (a.has("ring-window")) o.ring_window = int_in("ring-window", 0, 0, 1 << 20);
   if (a.has("spin-us")) o.spin_us = int_in("spin-us", 0, 0, 1000000);

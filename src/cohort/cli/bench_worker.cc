@@ -85,6 +85,9 @@ class Worker {
     if (o_.chunk_bytes > 0) config.chunk_bytes = o_.chunk_bytes;
     if (o_.socket_buffer_bytes >= 0)
       config.socket_buffer_bytes = static_cast<int>(o_.socket_buffer_bytes);
+    if (o_.remote_socket_buffer_bytes >= 0) {
+      config.remote_socket_buffer_bytes = static_cast<int>(o_.remote_socket_buffer_bytes);
+    }
     if (o_.ring_window >= 0) config.ring_window = static_cast<size_t>(o_.ring_window);
     if (o_.spin_us >= 0) config.spin_wait = std::chrono::microseconds(o_.spin_us);
     if (o_.yield_us >= 0) config.yield_wait = std::chrono::microseconds(o_.yield_us);

@@ -43,6 +43,7 @@ struct BenchOptions {
   // Communicator settings (CommConfig); 0 or negative: the communicator's default.
   uint64_t chunk_bytes = 0;
   long socket_buffer_bytes = -1;
+  long remote_socket_buffer_bytes = -1;
   long ring_window = -1;
   long spin_us = -1;
   long yield_us = -1;
