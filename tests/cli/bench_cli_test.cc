@@ -97,27 +97,12 @@ TEST(BenchCli, RejectsInvalidSizesWithoutStartingRanks) {
 // The communicator settings travel to the ranks, which verify every sum under them (1 KiB
 // segments: hundreds per block; the textbook ring order; small socket buffers).
 TEST(BenchCli, RunsWithTheCommunicatorSettingsGiven) {
-  CohortProcess p({"bench",
-                   "allreduce",
-                   "--ranks",
-                   "3",
-                   "--sizes",
-                   "4100,256K",
-                   "--algo",
-                   "ring",
-                   "--iters",
-                   "5",
-                   "--warmup",
-                   "1",
-                   "--chunk",
-                   "1K",
-                   "--ring-window",
-                   "0",
-                   "--socket-buffer",
-                   "64K",
-                   "--remote-socket-buffer",
-                   "128K",
-                   "--json"});
+  std::vector<std::string> cmd = {"bench",     "allreduce", "--ranks", "3",       "--sizes",
+                                  "4100,256K", "--algo",    "ring",    "--iters", "5",
+                                  "--warmup",  "1",         "--json"};
+  cmd.insert(cmd.end(), {"--chunk", "1K", "--ring-window", "0", "--socket-buffer", "64K",
+                         "--remote-socket-buffer", "128K"});
+  CohortProcess p(cmd);
   auto st = p.wait_for(60s);
   ASSERT_TRUE(st) << "launcher still running after 60 s\n" << p.err();
   ASSERT_TRUE(exited_with(st, 0)) << p.err();
