@@ -60,14 +60,15 @@ wait_listening() {  # PORT
 }
 
 # iperf3 --bidir from CLIENT to SERVER_ADDR, the server run by SERVER (a command prefix, empty
-# for this namespace), the client by CLIENT. Prints iperf3's JSON on one line.
+# for this namespace), the client by CLIENT. Prints iperf3's JSON on one line, marked as iperf3's.
 iperf_bidir() {  # SERVER_PREFIX CLIENT_PREFIX SERVER_ADDR PORT ARGS...
   local server=$1 client=$2 addr=$3 port=$4 pid
   shift 4
   $server iperf3 -s -1 -B "$addr" -p "$port" >/dev/null 2>&1 &
   pid=$!
   $server bash -c "$(declare -f wait_listening); wait_listening $port"
-  $client iperf3 -c "$addr" -p "$port" --bidir -t 5 -O 1 -J "$@" | tr -d '\n'
+  $client iperf3 -c "$addr" -p "$port" --bidir -t 5 -O 1 -J "$@" | tr -d '\n' |
+    sed 's/^{/{"library":"iperf3",/'
   echo
   wait "$pid" || true
 }
@@ -85,8 +86,7 @@ measure_loopback() {
         [[ $length != default ]] && args+=(-l "$length")
         [[ $bind == bound ]] && args+=(-A "1,0")
         wait_quiet "iperf3 $length $bind r$round"
-        iperf_bidir "" "" 127.0.0.1 5201 "${args[@]}" |
-          sed 's/^{/{"library":"iperf3",/' | tag loopback "iperf3 $length $bind" "$round"
+        iperf_bidir "" "" 127.0.0.1 5201 "${args[@]}" | tag loopback "iperf3 $length $bind" "$round"
       done
     done
   done
@@ -109,7 +109,7 @@ measure_in_cluster() {
     done
     wait_quiet "iperf3 $RATE r$round"
     iperf_bidir "$NC exec $NETCLUSTER_ID 1" "$NC exec $NETCLUSTER_ID 0" "$addr1" 5201 |
-      sed 's/^{/{"library":"iperf3",/' | tag cluster iperf3 "$round"
+      tag cluster iperf3 "$round"
   done
 }
 
