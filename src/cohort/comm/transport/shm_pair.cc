@@ -322,9 +322,13 @@ void ShmPair::closed() const {
                                                                     : "connection closed by peer");
 }
 
-size_t ShmPair::readable() const {
-  const uint64_t used =
-      in_->head.load(std::memory_order_seq_cst) - in_->tail.load(std::memory_order_relaxed);
+size_t ShmPair::readable() {
+  // The head last seen first: while it shows bytes not read yet, the line the writer stores its
+  // head to is not fetched again (each fetch is a transfer between cores).
+  const uint64_t tail = in_->tail.load(std::memory_order_relaxed);
+  if (head_seen_ != tail) return static_cast<size_t>(head_seen_ - tail);
+  head_seen_ = in_->head.load(std::memory_order_seq_cst);
+  const uint64_t used = head_seen_ - tail;
   if (used > cap_) {
     throw ProtocolError("the shared-memory ring from rank " + std::to_string(peer()) +
                         " is corrupt (" + std::to_string(used) + " bytes in a ring of " +
@@ -333,9 +337,12 @@ size_t ShmPair::readable() const {
   return static_cast<size_t>(used);
 }
 
-size_t ShmPair::writable() const {
-  const uint64_t used =
-      out_->head.load(std::memory_order_relaxed) - out_->tail.load(std::memory_order_seq_cst);
+size_t ShmPair::writable(size_t want) {
+  // Likewise the reader's tail last seen, while it leaves room for `want` bytes.
+  const uint64_t head = out_->head.load(std::memory_order_relaxed);
+  if (cap_ - (head - tail_seen_) >= want) return cap_ - static_cast<size_t>(head - tail_seen_);
+  tail_seen_ = out_->tail.load(std::memory_order_seq_cst);
+  const uint64_t used = head - tail_seen_;
   if (used > cap_) {
     throw ProtocolError("the shared-memory ring to rank " + std::to_string(peer()) +
                         " is corrupt (" + std::to_string(used) + " bytes in a ring of " +
@@ -383,7 +390,9 @@ size_t ShmPair::send_some(const iovec* iov, int n, Delivery delivery) {
     if (k > 0 || direct_outstanding()) return k;
     // Withdrawn: the peer may not read this rank's memory, so the ring carries the bytes.
   }
-  size_t room = writable();
+  size_t want = 0;
+  for (int i = 0; i < n; ++i) want += iov[i].iov_len;
+  size_t room = writable(want);
   uint64_t head = out_->head.load(std::memory_order_relaxed);
   size_t total = 0;
   for (int i = 0; i < n && room > 0; ++i) {
@@ -539,7 +548,7 @@ size_t ShmPair::direct_progress(const iovec* iov, int n) {
 }
 
 bool ShmPair::send_ready() {
-  if (!direct_outstanding()) return writable() > 0;
+  if (!direct_outstanding()) return writable(1) > 0;
   return out_->direct_taken.load(std::memory_order_seq_cst) != direct_reported_ ||
          out_->direct_refused.load(std::memory_order_seq_cst) != 0;
 }

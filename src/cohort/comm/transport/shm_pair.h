@@ -101,8 +101,9 @@ class ShmPair final : public Pair {
  private:
   // Bytes waiting in the incoming ring / free in the outgoing one (ProtocolError if the peer
   // left the ring in an impossible state).
-  size_t readable() const;
-  size_t writable() const;
+  size_t readable();
+  // Free bytes, counted afresh unless those last counted are at least `want`.
+  size_t writable(size_t want);
   void ring_doorbell();
   // Rings the doorbell if the other side sleeps on `flag`, after a store it must see.
   void wake_if(std::atomic<uint32_t>& flag);
@@ -138,6 +139,10 @@ class ShmPair final : public Pair {
   uint8_t* out_data_ = nullptr;
   uint8_t* in_data_ = nullptr;
   size_t cap_ = 0;
+  // The peer's end of each ring as this side last read it: the incoming ring's head, the outgoing
+  // ring's tail. Each lags the true value, which is safe (fewer bytes readable, less room).
+  uint64_t head_seen_ = 0;
+  uint64_t tail_seen_ = 0;
   // Whether this side has touched every page of the ring it writes, of the ring it reads (each
   // on its direction's first use; one thread drives a direction at a time).
   bool out_touched_ = false;
