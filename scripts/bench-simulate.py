@@ -4,7 +4,7 @@
     /usr/bin/python3 scripts/bench-simulate.py build/release/cohort   # or: make bench-simulate
 
 Loopback part: for each model (mlp, cnn on Fashion-MNIST, the synthetic resnet), `cohort calibrate`
-measures the machine and the model once; then the job runs for real with 1, 2 and 4 workers on
+measures the machine and the model right before each run; the job runs for real with 1, 2 and 4 workers on
 this host, and `cohort simulate --only-job` predicts the same configurations. Measured step time =
 the median of the time between consecutive steps (steps/rank-N.jsonl, end_us) after the first 10,
 of the slowest rank; scaling efficiency = samples/s at n workers over n x samples/s at one.
@@ -79,27 +79,31 @@ def simulate(cohort, job, profile, workers, sets=(), extra=()):
     return json.loads(out)["worlds"][0]["rows"][0]["prediction"]
 
 
-def calibrate(cohort, job, out_dir, name, sets=()):
+def calibrate(cohort, job, out_dir, name, sets=(), with_quiet=False):
+    """The profile's path; with_quiet: also the load and quietness the calibration started at."""
     profile = os.path.join(out_dir, f"profile-{name}.json")
-    wait_quiet(f"calibrate {name}")
+    load, quiet = wait_quiet(f"calibrate {name}")
     args = [cohort, "calibrate", job, "--out", profile]
     for s in sets:
         args += ["--set", s]
     subprocess.run(args, check=True, capture_output=True, text=True)
-    return profile
+    return (profile, load, quiet) if with_quiet else profile
 
 
 def loopback(cohort, out_dir, rows):
-    """ROUNDS rounds, each calibrating the model again before its runs (this machine's speed
-    drifts by several percent over minutes); each row is the median over rounds of the measured
-    and of the simulated time, with the measured range."""
+    """ROUNDS rounds; every configuration calibrates the model again right before its run, since
+    this machine's speed drifts by up to a fifth over minutes (a calibration a few runs earlier
+    once measured a 36.4 ms step for a run that took 29.7). Each row is the median over rounds of
+    the measured and of the simulated time, with the measured range."""
     got = {}
     for rnd in range(ROUNDS):
         for model, job in MODELS.items():
             job = os.path.join(ROOT, job)
-            profile = calibrate(cohort, job, out_dir, model, ["threads_per_worker=1"])
             for n in (1, 2, 4):
-                load, quiet = wait_quiet(f"{model} {n} round {rnd + 1}")
+                # The quiet machine is waited for before the calibration; the run follows it at
+                # once (the calibration's own load would otherwise hold the run back a minute).
+                profile, load, quiet = calibrate(cohort, job, out_dir, f"{model}-{n}",
+                                                 ["threads_per_worker=1"], with_quiet=True)
                 run = os.path.join(out_dir, f"{model}-{n}")
                 subprocess.run(["rm", "-rf", run])
                 subprocess.run([cohort, "run", job, "--run-dir", run, "--set", f"workers={n}",
@@ -272,7 +276,8 @@ def report(rows, hvd, repeat, output, started):
              f"({os.cpu_count()} CPUs). Each row: the job run for real ({STEPS} steps; step time = the slowest "
              "rank's median time between steps after the first 10) and `cohort simulate --only-job` with the "
              "profile `cohort calibrate` measured for the model on this machine just before; loopback rows are "
-             f"the median of {ROUNDS} rounds, each calibrating again, with the rounds' range in brackets. Target: step time "
+             f"the median of {ROUNDS} rounds, every configuration calibrated again right before its run (the wait for a "
+             "quiet machine comes before the calibration), with the rounds' range in brackets. Target: step time "
              "within 10% and scaling efficiency within 5 points on every row. Rows whose machine was busy "
              "(1-minute load average >= 1.0 when they started) are marked and not judged.", "",
              "| part | model | workers | hosts | link | configuration | measured ms | simulated ms | error | "
