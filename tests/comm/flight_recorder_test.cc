@@ -50,6 +50,30 @@ TEST(FlightRecorder, KeepsTheLastEntriesInOrder) {
   EXPECT_EQ(phase_name(parse_phase("optimizer")), "optimizer");
 }
 
+TEST(FlightRecorder, RecordsOnTheWallClockTheTimesItsCallerReadOnTheSteadyClock) {
+  FlightRecorder rec(0, /*capacity=*/4);
+  const int64_t before = now_us();
+  // Queued two seconds ago by the caller's clock, started now, finished now.
+  rec.on_queued({.seq = 1, .kind = OpKind::Allreduce, .dtype = DType::F32, .count = 1},
+                Clock::now() - 2s);
+  rec.on_started(1, Algorithm::Ring, Clock::now());
+  rec.on_finished(1, true);
+  const int64_t after = now_us();
+  const FlightSnapshot snap = rec.snapshot();
+  const CollectiveRecord r = snap.records.at(0);
+  // The two clocks are each read on their own, to the microsecond, and a thread may be preempted
+  // between two reads: a millisecond of slack for where the records lie against now_us()...
+  const double slack = 1000;
+  EXPECT_NEAR(static_cast<double>(r.queued_us), static_cast<double>(before - 2'000'000),
+              slack + static_cast<double>(after - before));
+  EXPECT_GE(r.started_us, before - slack);
+  EXPECT_LE(r.finished_us, after + slack);
+  // ...and none among the recorder's own times, which come from one clock.
+  EXPECT_LE(r.queued_us, r.started_us);
+  EXPECT_LE(r.started_us, r.finished_us);
+  EXPECT_LE(r.finished_us, snap.taken_us);
+}
+
 TEST(FlightRecorder, KeepsALatencyHistogramPerOperationAcrossRestarts) {
   FlightRecorder rec(0, /*capacity=*/2);
   uint64_t seq = 0;

@@ -35,8 +35,8 @@ void Alarm::ring() {
   [[maybe_unused]] ssize_t n = ::write(event_fd_, &one, sizeof(one));
 }
 
-void Alarm::set_by(Clock::time_point at) {
-  if (set_ <= at && set_ > Clock::now()) return;
+void Alarm::set_by(Clock::time_point at, Clock::time_point now) {
+  if (set_ <= at && set_ > now) return;
   static_assert(std::is_same_v<Clock, std::chrono::steady_clock>,
                 "the timer counts on CLOCK_MONOTONIC, which is steady_clock's clock on Linux");
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch());

@@ -25,7 +25,10 @@ class Alarm {
   // earlier that is still to come and not later than `at` is kept (no system call): the sleeper
   // then returns early, looks at its state and sets the alarm again. Callers of set_by serialise
   // among themselves (a lock of theirs); ring and sleep may run concurrently with it.
-  void set_by(Clock::time_point at);
+  void set_by(Clock::time_point at) { set_by(at, Clock::now()); }
+  // The same, for a caller that has just read the clock (`now`), under the lock that serialises
+  // the callers: a `now` read before another caller's time passed could keep a time already gone.
+  void set_by(Clock::time_point at, Clock::time_point now);
   // Sleeps until rung or until the time set passes, and clears both. May return spuriously.
   void sleep();
 

@@ -468,6 +468,9 @@ class Engine {
       bool in = want_in && r_.pair->watch(Direction::Recv, arm, &fds[1]);
       return std::make_pair(out, in);
     };
+    // One clock read per poll: the spin ends at whichever comes first of its own length and the
+    // deadline.
+    const auto spin_end = std::min(t0 + spin_, deadline.at());
     for (; spin_.count() > 0;) {
       if (yield_) ::sched_yield();
       auto [out, in] = watch(false);
@@ -480,7 +483,7 @@ class Engine {
         }
       }
       if (out || in) return ready(out, in, t0);
-      if (std::chrono::steady_clock::now() - t0 >= spin_ || deadline.expired()) break;
+      if (std::chrono::steady_clock::now() >= spin_end) break;
     }
     for (;;) {
       auto [out, in] = watch(true);

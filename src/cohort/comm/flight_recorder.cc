@@ -23,7 +23,7 @@ std::string_view collective_state_name(CollectiveState s) {
 namespace {
 constexpr std::string_view kPhaseNames[] = {"setup",     "data",       "forward",  "backward",
                                             "optimizer", "checkpoint", "evaluate", "done",
-                                            "training",  "averaging", "exchange"};
+                                            "training",  "averaging",  "exchange"};
 }  // namespace
 
 std::string_view phase_name(Phase p) {
@@ -38,20 +38,64 @@ Phase parse_phase(std::string_view s) {
   return Phase::Setup;
 }
 
-int64_t now_us() {
-  // COHORT_CLOCK_SKEW_US shifts this process's clock, to test that timelines of processes whose
-  // clocks disagree are aligned (tests/e2e/trace_test.cc). Read once.
+namespace {
+
+// COHORT_CLOCK_SKEW_US shifts this process's clock, to test that timelines of processes whose
+// clocks disagree are aligned (tests/e2e/trace_test.cc). Read once.
+int64_t clock_skew_us() {
   static const int64_t skew = [] {
     const char* s = std::getenv("COHORT_CLOCK_SKEW_US");
     return s ? std::strtoll(s, nullptr, 10) : 0;
   }();
+  return skew;
+}
+
+int64_t steady_ns(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+}  // namespace
+
+int64_t now_us() {
   using namespace std::chrono;
-  return duration_cast<microseconds>(system_clock::now().time_since_epoch()).count() + skew;
+  return duration_cast<microseconds>(system_clock::now().time_since_epoch()).count() +
+         clock_skew_us();
 }
 
 FlightRecorder::FlightRecorder(int rank, size_t capacity)
     : rank_(rank), ring_(capacity == 0 ? 1 : capacity) {
   since_us_.store(now_us(), std::memory_order_relaxed);
+  resync_wall(/*adopt=*/true);
+}
+
+void FlightRecorder::resync_wall(bool adopt) const {
+  using namespace std::chrono;
+  // The wall clock read between two reads of the steady clock, taken against their midpoint; a
+  // pair far apart (the thread was preempted between them) is read again.
+  int64_t offset = 0;
+  int64_t after = 0;
+  for (int tries = 0; tries < 3; ++tries) {
+    const int64_t before = steady_ns(Clock::now());
+    const int64_t wall = duration_cast<nanoseconds>(system_clock::now().time_since_epoch()).count();
+    after = steady_ns(Clock::now());
+    offset = wall - before / 2 - after / 2;
+    if (after - before <= kResyncSpreadNs) break;
+  }
+  // Between steps of the wall clock the two clocks run at the same rate: a new reading that
+  // differs by less than kStepNs is this measurement's own error, and is not taken, so that the
+  // records of an operation stay in order.
+  const int64_t old = wall_minus_steady_ns_.load(std::memory_order_relaxed);
+  if (adopt || offset - old > kStepNs || old - offset > kStepNs) {
+    wall_minus_steady_ns_.store(offset, std::memory_order_relaxed);
+  }
+  synced_ns_.store(after, std::memory_order_relaxed);
+}
+
+int64_t FlightRecorder::wall_us(Clock::time_point at) const {
+  if (at == Clock::time_point{}) at = Clock::now();
+  const int64_t steady = steady_ns(at);
+  if (steady - synced_ns_.load(std::memory_order_relaxed) > kResyncNs) resync_wall(false);
+  return (steady + wall_minus_steady_ns_.load(std::memory_order_relaxed)) / 1000 + clock_skew_us();
 }
 
 void FlightRecorder::restart() {
@@ -68,17 +112,18 @@ CollectiveRecord* FlightRecorder::find(uint64_t seq) {
   return r.seq == seq ? &r : nullptr;
 }
 
-void FlightRecorder::on_queued(const CollectiveRecord& r) {
+void FlightRecorder::on_queued(const CollectiveRecord& r, Clock::time_point at) {
+  const int64_t t = wall_us(at);
   std::lock_guard lk(mu_);
   CollectiveRecord& slot = ring_[r.seq % ring_.size()];
   slot = r;
   slot.state = CollectiveState::Queued;
-  slot.queued_us = now_us();
+  slot.queued_us = t;
   if (r.seq > newest_) newest_ = r.seq;
 }
 
-void FlightRecorder::on_started(uint64_t seq, Algorithm algorithm) {
-  const int64_t t = now_us();
+void FlightRecorder::on_started(uint64_t seq, Algorithm algorithm, Clock::time_point at) {
+  const int64_t t = wall_us(at);
   std::lock_guard lk(mu_);
   if (CollectiveRecord* r = find(seq)) {
     r->state = CollectiveState::Started;
@@ -89,7 +134,7 @@ void FlightRecorder::on_started(uint64_t seq, Algorithm algorithm) {
 
 void FlightRecorder::on_finished(uint64_t seq, bool ok, const OpTiming* timing,
                                  uint64_t sent_bytes) {
-  const int64_t t = now_us();
+  const int64_t t = wall_us({});
   CollectiveObserver* observer = observer_.load(std::memory_order_acquire);
   CollectiveRecord copy;
   bool found = false;
@@ -169,7 +214,7 @@ CollectiveTotals FlightRecorder::totals() const {
 }
 
 FlightSnapshot FlightRecorder::snapshot() const {
-  FlightSnapshot s{.rank = rank_, .taken_us = now_us(), .activity = activity(), .records = {}};
+  FlightSnapshot s{.rank = rank_, .taken_us = wall_us({}), .activity = activity(), .records = {}};
   std::lock_guard lk(mu_);
   const uint64_t n = ring_.size();
   const uint64_t first = newest_ >= n ? newest_ - n + 1 : 1;

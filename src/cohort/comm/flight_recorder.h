@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cohort/base/clock.h"
 #include "cohort/base/dtype.h"
 #include "cohort/base/histogram.h"
 #include "cohort/comm/types.h"
@@ -122,6 +123,11 @@ struct OpTiming {
   int64_t wait_ns = 0;
   int64_t reduce_ns = 0;
   uint64_t peers = 0;
+  // Whether reductions are timed: not for a collective of a few KiB, whose reductions take about
+  // as long as the two clock reads that would time them (in a trace, their time shows in the
+  // collective's remainder).
+  bool time_reductions = true;
+  static constexpr size_t kTimedBytes = 4096;
 };
 // Set by the communicator around each operation on the thread that runs it; null otherwise.
 inline thread_local OpTiming* t_op_timing = nullptr;
@@ -144,8 +150,10 @@ class FlightRecorder {
 
   // The communicator's hooks. on_queued takes the record's seq; the others find it by seq (a
   // record that has already left the ring is ignored).
-  void on_queued(const CollectiveRecord& r);
-  void on_started(uint64_t seq, Algorithm algorithm);
+  // `at`: when it was queued / started, on the steady clock, where the caller has just read it
+  // (a clock read costs tens of nanoseconds, a fair share of a small collective); now otherwise.
+  void on_queued(const CollectiveRecord& r, Clock::time_point at = {});
+  void on_started(uint64_t seq, Algorithm algorithm, Clock::time_point at = {});
   void on_finished(uint64_t seq, bool ok, const OpTiming* timing = nullptr,
                    uint64_t sent_bytes = 0);
   void set_label(uint64_t seq, std::string label);
@@ -180,6 +188,17 @@ class FlightRecorder {
 
  private:
   CollectiveRecord* find(uint64_t seq);  // under mu_
+  // A record's (and a snapshot's) time on now_us()'s clock from a steady-clock time (now when
+  // `at` is unset): the steady time plus the two clocks' difference, measured again once kResyncNs
+  // have passed since it was last measured. The steady clock runs at the wall clock's rate (NTP's
+  // slewing included) but does not follow it when it is set: records follow such a step of more
+  // than kStepNs within kResyncNs.
+  int64_t wall_us(Clock::time_point at) const;
+  // adopt: take the difference measured whatever it is (otherwise only a step).
+  void resync_wall(bool adopt) const;
+  static constexpr int64_t kResyncNs = 10'000'000;
+  static constexpr int64_t kResyncSpreadNs = 20'000;
+  static constexpr int64_t kStepNs = 1'000'000;
   // Messages still in flight (under mu_; a Work's lock is taken inside it, never the reverse).
   std::vector<MessageRecord> messages_in_flight() const;
 
@@ -201,6 +220,8 @@ class FlightRecorder {
   std::atomic<int64_t> since_us_{0};
   std::atomic<uint64_t> last_done_{0};
   std::atomic<CollectiveObserver*> observer_{nullptr};
+  mutable std::atomic<int64_t> wall_minus_steady_ns_{0};
+  mutable std::atomic<int64_t> synced_ns_{0};  // the steady time of the last resync_wall()
 };
 
 }  // namespace cohort::comm

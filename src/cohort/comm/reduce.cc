@@ -329,7 +329,7 @@ void check_reduction(DType dtype, ReduceOp op, const char* what) {
 void reduce(DType dtype, ReduceOp op, void* dst, const void* a, const void* b, size_t count) {
   if (count == 0) return;
   OpTiming* timing = t_op_timing;
-  if (!timing) return pick(dtype, op)(dst, a, b, count);
+  if (!timing || !timing->time_reductions) return pick(dtype, op)(dst, a, b, count);
   const auto t0 = std::chrono::steady_clock::now();
   pick(dtype, op)(dst, a, b, count);
   timing->reduce_ns += (std::chrono::steady_clock::now() - t0).count();

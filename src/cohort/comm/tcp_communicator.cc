@@ -172,6 +172,9 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype, size_t 
   bool wake = false;
   {
     std::lock_guard lk(mu_);
+    // One clock read for the record's queued time, the hand-off time and the alarm, under the
+    // lock: the alarm's time set earlier must be compared with the present (Alarm::set_by).
+    const Clock::time_point now = Clock::now();
     if (kind == OpKind::PointToPoint) {
       op.work = std::make_shared<Work>(p2p_name, next_p2p_, runner_);
       recorder_->on_message_posted(MessageRecord{.id = next_p2p_++,
@@ -188,7 +191,8 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype, size_t 
                                             .kind = kind,
                                             .dtype = dtype,
                                             .count = op.count,
-                                            .algorithm = op.algorithm});
+                                            .algorithm = op.algorithm},
+                           now);
     }
     work = op.work;
     fatal = fatal_;
@@ -199,7 +203,7 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype, size_t 
         for (Op& q : queue_) q.hand_off_at = {};
       }
       const bool first = queue_.empty() && !in_flight_;
-      const Clock::time_point at = deferred ? Clock::now() + hand_off_delay_ : Clock::time_point{};
+      const Clock::time_point at = deferred ? now + hand_off_delay_ : Clock::time_point{};
       op.hand_off_at = at;
       queue_.push_back(std::move(op));
       if (sleeping_) {
@@ -208,7 +212,7 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype, size_t 
         } else if (first) {
           // Otherwise the thread already has an earlier time set, or is woken when the
           // operation in flight on a waiting thread ends (run_until).
-          alarm_.set_by(at);
+          alarm_.set_by(at, now);
         }
       }
     }
@@ -407,6 +411,7 @@ CommStats TcpCommunicator::stats() const {
 void TcpCommunicator::loop() {
   for (;;) {
     Op op;
+    std::exception_ptr fatal;
     {
       std::unique_lock lk(mu_);
       for (;;) {
@@ -436,8 +441,9 @@ void TcpCommunicator::loop() {
       op = std::move(queue_.front());
       queue_.pop_front();
       in_flight_ = true;
+      fatal = fatal_;
     }
-    execute(op);
+    execute(op, fatal);
     std::lock_guard lk(mu_);
     in_flight_ = false;
   }
@@ -446,6 +452,7 @@ void TcpCommunicator::loop() {
 void TcpCommunicator::run_until(const Work& work, std::chrono::milliseconds limit) {
   for (;;) {
     Op op;
+    std::exception_ptr fatal;
     {
       std::lock_guard lk(mu_);
       auto it = std::find_if(queue_.begin(), queue_.end(),
@@ -458,8 +465,9 @@ void TcpCommunicator::run_until(const Work& work, std::chrono::milliseconds limi
       op = std::move(queue_.front());
       queue_.pop_front();
       in_flight_ = true;
+      fatal = fatal_;
     }
-    execute(op);
+    execute(op, fatal);
     bool more;
     {
       std::lock_guard lk(mu_);
@@ -471,26 +479,25 @@ void TcpCommunicator::run_until(const Work& work, std::chrono::milliseconds limi
   }
 }
 
-void TcpCommunicator::execute(Op& op) {
+void TcpCommunicator::execute(Op& op, const std::exception_ptr& fatal) {
   const bool collective = op.id.kind != OpKind::PointToPoint;
-  {
-    std::lock_guard lk(mu_);
-    if (fatal_) {
-      if (collective) recorder_->on_finished(op.id.seq, false);
-      op.work->fail(fatal_);
-      return;
-    }
+  if (fatal) {
+    if (collective) recorder_->on_finished(op.id.seq, false);
+    op.work->fail(fatal);
+    return;
   }
   if (!collective) {
     execute_message(op);
     return;
   }
-  recorder_->on_started(op.id.seq, op.algorithm);
+  const Clock::time_point started = Clock::now();
+  recorder_->on_started(op.id.seq, op.algorithm, started);
   OpTiming timing;
+  timing.time_reductions = op.count * dtype_size(op.id.dtype) >= OpTiming::kTimedBytes;
   t_op_timing = &timing;
   const uint64_t sent_before = counters_.sent.load(std::memory_order_relaxed);
   auto sent = [&] { return counters_.sent.load(std::memory_order_relaxed) - sent_before; };
-  OpContext ctx = context(op, Deadline::after(op.timeout));
+  OpContext ctx = context(op, Deadline(started + op.timeout));
   try {
     if (config_.check_collectives && mesh_->size() > 1) check_fingerprint(ctx, op);
     op.body(ctx);

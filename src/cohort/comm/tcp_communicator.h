@@ -94,7 +94,9 @@ class TcpCommunicator final : public Communicator {
   // Runs queued operations up to and including `work` on the calling thread, unless one is in
   // flight, `work` is no longer queued, or they might not end within `limit`.
   void run_until(const Work& work, std::chrono::milliseconds limit);
-  void execute(Op& op);
+  // Runs `op`, or fails it with `fatal` (the communicator's error when it was taken from the queue,
+  // if any).
+  void execute(Op& op, const std::exception_ptr& fatal);
   // A send or a recv (tcp_p2p.cc): while it waits, the first queued one of the other direction
   // runs beside it.
   void execute_message(Op& op);

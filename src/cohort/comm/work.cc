@@ -14,7 +14,8 @@ void Work::wait() {
 void Work::wait(std::chrono::milliseconds timeout) {
   if (runner_ && !is_completed()) runner_->run_until(*this, timeout);
   std::unique_lock lk(mu_);
-  if (!cv_.wait_for(lk, timeout, [&] { return done_; })) {
+  // Done already (most often: run_until ran it here): no deadline to compute.
+  if (!done_ && !cv_.wait_for(lk, timeout, [&] { return done_; })) {
     throw TimeoutError(name_ + " #" + std::to_string(seq_) + " did not complete within " +
                        std::to_string(timeout.count()) + " ms");
   }
@@ -58,10 +59,19 @@ void Work::complete(std::exception_ptr e) {
   std::function<void(std::exception_ptr)> done;
   {
     std::lock_guard lk(mu_);
-    completing_ = true;
-    done.swap(then_);
+    if (!then_) {  // no callback to run first: done at once
+      error_ = std::move(e);
+      done_ = true;
+    } else {
+      completing_ = true;
+      done.swap(then_);
+    }
   }
-  if (done) done(e);
+  if (!done) {
+    cv_.notify_all();
+    return;
+  }
+  done(e);
   {
     std::lock_guard lk(mu_);
     error_ = std::move(e);
