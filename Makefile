@@ -114,7 +114,8 @@ bench-sync: build
 
 # The simulator against this machine's measurements (1, 2, 4 workers on loopback; the emulated
 # cluster at 100 Mbit/s and 1 Gbit/s, which needs root) and against Horovod's published scaling
-# (scripts/bench-simulate.py, about 20 minutes); writes its section of BENCHMARKS.md.
+# (scripts/bench-simulate.py; the loopback part alone, which calibrates before each of its 18
+# runs, about 45 minutes); writes its section of BENCHMARKS.md.
 bench-simulate: build
 	/usr/bin/python3 scripts/bench-simulate.py $(BUILD)/cohort
 
