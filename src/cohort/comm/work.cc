@@ -59,20 +59,15 @@ void Work::complete(std::exception_ptr e) {
   std::function<void(std::exception_ptr)> done;
   {
     std::lock_guard lk(mu_);
-    if (!then_) {  // no callback to run first: done at once
+    completing_ = true;
+    done.swap(then_);
+    if (!done) {  // no callback to run first: done at once, under this one lock
       error_ = std::move(e);
       done_ = true;
-    } else {
-      completing_ = true;
-      done.swap(then_);
     }
   }
-  if (!done) {
-    cv_.notify_all();
-    return;
-  }
-  done(e);
-  {
+  if (done) {
+    done(e);
     std::lock_guard lk(mu_);
     error_ = std::move(e);
     done_ = true;
