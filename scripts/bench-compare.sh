@@ -33,6 +33,21 @@ source "$ROOT/scripts/lib/quiet.sh"
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca pml ob1)
 
 load_average() { uptime | sed 's/.*load average: //'; }
+FAILURES=$BUILD/allreduce-failures.txt
+# A peer's run that fails (Debian's Gloo once closed a connection mid-run) is noted and the
+# comparison goes on: its cells keep the rounds that ran, and the report lists the failure.
+peer_run() {  # LABEL COMMAND...: appends the command's output to the results
+  local label=$1 err rc=0
+  shift
+  err=$(mktemp)
+  "$@" >>"$RESULTS" 2>"$err" || rc=$?
+  cat "$err" >&2
+  if ((rc != 0)); then
+    echo "$label: exit status $rc ($(grep -v '^$' "$err" | tail -1))" >>"$FAILURES"
+    echo "bench-compare: $label failed (exit status $rc); going on" >&2
+  fi
+  rm -f "$err"
+}
 
 build() {
   echo "bench-compare: building in $BUILD"
@@ -50,22 +65,22 @@ MPI_ALGORITHMS=(1 2 3 4 5 6)
 mpi_runs() {  # N ROUND: Open MPI over TCP and vader, defaults then tuned
   local n=$1 round=$2 k
   wait_quiet "mpi tcp $n r$round"
-  "${MPIRUN[@]}" -np "$n" --mca btl tcp,self --mca btl_tcp_if_include lo \
-    "$BUILD/bench/mpi_allreduce" --sizes "$SIZES" --transport tcp >>"$RESULTS"
+  peer_run "Open MPI tcp, $n ranks, round $round" "${MPIRUN[@]}" -np "$n" --mca btl tcp,self \
+    --mca btl_tcp_if_include lo "$BUILD/bench/mpi_allreduce" --sizes "$SIZES" --transport tcp
   wait_quiet "mpi vader $n r$round"
-  "${MPIRUN[@]}" -np "$n" --mca btl vader,self \
-    "$BUILD/bench/mpi_allreduce" --sizes "$SIZES" --transport vader >>"$RESULTS"
+  peer_run "Open MPI vader, $n ranks, round $round" "${MPIRUN[@]}" -np "$n" --mca btl vader,self \
+    "$BUILD/bench/mpi_allreduce" --sizes "$SIZES" --transport vader
   for k in "${MPI_ALGORITHMS[@]}"; do
     wait_quiet "mpi tcp tuned $n r$round"
-    "${MPIRUN[@]}" -np "$n" --mca btl tcp,self --mca btl_tcp_if_include lo "${MPI_TCP_BUFFERS[@]}" \
+    peer_run "Open MPI tcp tuned-$k, $n ranks, round $round" "${MPIRUN[@]}" -np "$n" \
+      --mca btl tcp,self --mca btl_tcp_if_include lo "${MPI_TCP_BUFFERS[@]}" \
       --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm "$k" \
-      "$BUILD/bench/mpi_allreduce" --sizes "$SIZES" --transport tcp --algorithm "tuned-$k" \
-      >>"$RESULTS"
+      "$BUILD/bench/mpi_allreduce" --sizes "$SIZES" --transport tcp --algorithm "tuned-$k"
     wait_quiet "mpi vader tuned $n r$round"
-    "${MPIRUN[@]}" -np "$n" --mca btl vader,self \
+    peer_run "Open MPI vader tuned-$k, $n ranks, round $round" "${MPIRUN[@]}" -np "$n" \
+      --mca btl vader,self \
       --mca coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm "$k" \
-      "$BUILD/bench/mpi_allreduce" --sizes "$SIZES" --transport vader --algorithm "tuned-$k" \
-      >>"$RESULTS"
+      "$BUILD/bench/mpi_allreduce" --sizes "$SIZES" --transport vader --algorithm "tuned-$k"
   done
 }
 
@@ -76,6 +91,7 @@ measure() {
   load_average >"$BUILD/allreduce-load-before"
   : >"$RESULTS"
   : >"$QUIET_LOG"
+  : >"$FAILURES"
   wait_quiet "memcpy"
   "$BUILD/bench/memcpy_bandwidth" --sizes "$SIZES" >"$BUILD/memcpy-results.jsonl"
   for ((round = 1; round <= ROUNDS; round++)); do
@@ -97,8 +113,8 @@ measure() {
         done
       done
       wait_quiet "gloo $n r$round"
-      "$BUILD/bench/gloo_allreduce" --ranks "$n" --sizes "$SIZES" \
-        --algo ring,ring_chunked,halving_doubling >>"$RESULTS"
+      peer_run "Gloo legacy classes, $n ranks, round $round" "$BUILD/bench/gloo_allreduce" \
+        --ranks "$n" --sizes "$SIZES" --algo ring,ring_chunked,halving_doubling
       # Gloo's current API stalls for tens of milliseconds at a time in Debian's build (see the
       # report): bounded, so that a size it cannot finish in time is reported as not finished.
       wait_quiet "gloo $n r$round"
@@ -124,4 +140,4 @@ COMMAND="scripts/bench-compare.sh (BENCH_SIZES=$SIZES BENCH_RANKS=\"$RANKS\" BEN
 python3 "$ROOT/scripts/lib/compare_report.py" "$RESULTS" "$OUTPUT" "$MACHINE" "$COMMAND" \
   "$(cat "$BUILD/allreduce-elapsed")" "$(cat "$BUILD/allreduce-date")" \
   "$(cat "$BUILD/allreduce-load-before")" "$(cat "$BUILD/allreduce-load-after")" "$QUIET_LOG" \
-  "$BUILD/memcpy-results.jsonl"
+  "$BUILD/memcpy-results.jsonl" "$FAILURES"

@@ -259,6 +259,9 @@ def horovod(cohort, out_dir):
     for _ in range(4):
         lat = bisect(lambda us: vgg(128, bw, us), 0.0, 1000.0, PUBLISHED["vgg16"][128], rising=False)
         bw = bisect(lambda b: vgg(16, b, lat), 0.05, 3.125, SMALL["vgg16"], rising=True)
+    for n, want, got in ((16, SMALL["vgg16"], vgg(16, bw, lat)), (128, PUBLISHED["vgg16"][128], vgg(128, bw, lat))):
+        if abs(got - want) > 0.005:  # a bound of the search reached instead of the figure
+            raise RuntimeError(f"horovod: the fit gives VGG-16 {got:.3f} at {n} GPUs, not {want:.3f}")
     out = {"link_gbytes_per_s": bw_alone, "fit": {"gbytes_per_s": bw, "latency_us": lat}, "models": []}
     for model in ("inception3", "resnet101", "vgg16"):
         for label, b, l in (("line rate, 10 us", None, None), ("bandwidth fitted, 10 us", bw_alone, None),

@@ -11,6 +11,7 @@ Open MPI with its defaults and tuned (socket buffers raised, each of its allredu
 forced); a target is met only when it holds under both methods.
 """
 import json
+import os
 import re
 import sys
 
@@ -45,6 +46,8 @@ COLUMNS = [
 def main(argv):
     (results, output, machine, command, elapsed, date, load_before, load_after,
      quiet_log, memcpy_results) = argv[1:11]
+    failures = argv[11] if len(argv) > 11 else None
+    failed = [l.strip() for l in open(failures) if l.strip()] if failures and os.path.exists(failures) else []
     memcpy = {r["bytes"]: r["copy_gbps"] for r in map(json.loads, open(memcpy_results))}
     rows = [json.loads(line) for line in open(results) if line.strip()]
     report = Report(rows, busy_labels(quiet_log))
@@ -75,7 +78,10 @@ def main(argv):
              "- Two timings of the same runs: **median** (the median over iterations of the "
              "slowest rank's time, robust to a few disturbed iterations) and **mean** "
              "(nccl-tests': the slowest rank's whole timed loop / iterations). Each cell is the "
-             "best over rounds; tables below are in the median unless they say otherwise.", ""]
+             "best over rounds; tables below are in the median unless they say otherwise."]
+    if failed:
+        lines += ["- Runs that failed (their cells keep the rounds that ran): " + "; ".join(failed) + "."]
+    lines += [""]
     for n in report.ranks:
         lines += report.config_tables(n)
     lines += report.best_against_peers()
