@@ -239,7 +239,7 @@ def bisect(f, lo, hi, target, rising, steps=20):
 def horovod(cohort, out_dir):
     """Public figures do not give what NCCL reached over that RoCE fabric in 2017: its bandwidth
     and its latency per ring step between servers. Both are fitted on VGG-16's two smallest
-    published measurements: the bandwidth on 16 GPUs (4 servers, where a step's 30 ring steps
+    published measurements: the bandwidth on 16 GPUs (4 servers, where a bucket's 30 ring steps
     cost little latency), the latency on 128 GPUs (a ring of 254 steps per bucket), alternately
     until they settle. Every model is then predicted from 4 to 512 GPUs with them; the 512-GPU
     figures and the other models' are predictions, not fits. The network at its line rate and
