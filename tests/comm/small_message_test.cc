@@ -380,6 +380,45 @@ TEST(Spin, ASmallOperationSpinsOnlyWhenEveryRankOnThisHostHasACpu) {
   }
 }
 
+// CPU time of this process, every thread of it.
+std::chrono::nanoseconds process_cpu_time() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+}
+
+// A large operation waiting on shared memory polls its pairs, yielding between polls, for up to
+// yield_wait before it sleeps (its peer may take longer than spin_wait to write the next
+// segment); waiting on TCP it sleeps at once. Rank 1 joins 200 ms late: the process spends that
+// time on a CPU (polling) or asleep.
+TEST(Spin, ALargeOperationPollsSharedMemoryForYieldWaitAndSleepsOnTcp) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  if (CPU_COUNT(&set) < 2) GTEST_SKIP() << "needs a CPU for each of 2 ranks";
+  for (Transport t : {Transport::Shm, Transport::Tcp}) {
+    World world(2, [&](CommConfig& c) {
+      c.transport = t;
+      c.yield_wait = std::chrono::seconds(5);
+      c.chunk_bytes = 256 << 10;  // the exchange itself costs next to no CPU
+    });
+    std::chrono::nanoseconds cpu{0};
+    world.run([&](int r, Communicator& comm) {
+      std::vector<float> buf(256 << 10, 1.0f);  // 1 MiB: above hand_off_bytes
+      const auto c0 = process_cpu_time();
+      if (r != 0) std::this_thread::sleep_for(milliseconds(200));
+      comm.allreduce(Buffer{DType::F32, buf.data(), buf.size()}, {})->wait();
+      if (r == 0) cpu = process_cpu_time() - c0;
+      EXPECT_EQ(buf[0], 2.0f);
+    });
+    if (t == Transport::Shm) {
+      EXPECT_GT(cpu, milliseconds(40)) << "shared memory: slept instead of polling";
+    } else {
+      EXPECT_LT(cpu, milliseconds(40)) << "TCP: polled instead of sleeping";
+    }
+  }
+}
+
 // Spinning ends at the operation's deadline, however long spin_wait is.
 TEST(Spin, SpinningDoesNotOverrunTheDeadline) {
   World world(2, [](CommConfig& c) {

@@ -86,7 +86,9 @@ struct CommConfig {
   // `spin_wait` before it sleeps: its peer's reply then costs no thread wake-up. Only when this
   // host has a CPU for each of the ranks on it (counted from the mesh's local connections and
   // this process's CPU affinity, or `host_cpus`); with more ranks than CPUs, spinning would take
-  // the CPU from the rank that is to send the data. Zero: never spin.
+  // the CPU from the rank that is to send the data. Zero: never spin. A larger operation's wait
+  // on a shared-memory pair polls for the longer of this and `yield_wait`, yielding the CPU
+  // between polls: its peer may take longer than this to write the next segment.
   std::chrono::microseconds spin_wait{20};
   // How many CPUs the ranks of this host share among them. Zero: this process's affinity mask,
   // right for ranks that are not bound; a launcher that binds each rank to its own share of the

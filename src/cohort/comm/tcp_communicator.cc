@@ -156,9 +156,15 @@ std::shared_ptr<Work> TcpCommunicator::enqueue(OpKind kind, DType dtype, size_t 
       !op.prompt && bytes <= config_.hand_off_bytes && config_.hand_off_delay.count() > 0;
   // A large operation does not spin on TCP, where the kernel moves its bytes and a spinning
   // thread would only take a CPU from the caller's computation; on shared memory its peer moves
-  // them, and a wait that sleeps costs a doorbell and a wake-up per ring's worth of data.
+  // them, and a wait that sleeps costs a doorbell and a wake-up per ring's worth of data. That
+  // wait lasts as long as the peer takes to write a segment (256 KiB: longer than spin_wait on
+  // some machines, where every wait of a short spin ended in a sleep and 2-rank busbw fell to a
+  // third), so it polls for up to yield_wait, yielding the CPU between polls to whatever else
+  // this rank runs (backward's computation) before it sleeps.
   const bool small = bytes <= config_.hand_off_bytes;
-  op.spin = Spin{.tcp = small ? spin_ : std::chrono::nanoseconds{0}, .shm = spin_};
+  op.spin = small
+                ? Spin{.tcp = spin_, .shm = spin_}
+                : Spin{.shm = std::max<Clock::duration>(spin_, config_.yield_wait), .yield = true};
   // Oversubscribed: waits poll and yield the CPU in turn, so that the rank they wait for gets to
   // run: on shared memory it must copy the data itself; over TCP a small operation's peer is as
   // likely to be one of this host's ranks waiting for a CPU to write its reply.
