@@ -340,10 +340,10 @@ TEST(WaitingThread, FailureOnTheWaitingThreadFailsTheCommunicator) {
   EXPECT_EQ(later->sequence(), 2u);
 }
 
-// CPU time of the calling thread.
-std::chrono::nanoseconds thread_cpu_time() {
+// CPU time on `clock`: CLOCK_THREAD_CPUTIME_ID (the calling thread), CLOCK_PROCESS_CPUTIME_ID.
+std::chrono::nanoseconds cpu_time(clockid_t clock) {
   timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  clock_gettime(clock, &ts);
   return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
 }
 
@@ -367,9 +367,9 @@ TEST(Spin, ASmallOperationSpinsOnlyWhenEveryRankOnThisHostHasACpu) {
       std::vector<float> buf(16, 1.0f);
       if (r != 0) std::this_thread::sleep_for(milliseconds(200));
       auto w = comm.allreduce(Buffer{DType::F32, buf.data(), buf.size()}, {});
-      const auto c0 = thread_cpu_time();
+      const auto c0 = cpu_time(CLOCK_THREAD_CPUTIME_ID);
       w->wait();
-      if (r == 0) cpu = thread_cpu_time() - c0;
+      if (r == 0) cpu = cpu_time(CLOCK_THREAD_CPUTIME_ID) - c0;
       EXPECT_EQ(buf[0], static_cast<float>(n));
     });
     if (n <= cpus) {
@@ -378,13 +378,6 @@ TEST(Spin, ASmallOperationSpinsOnlyWhenEveryRankOnThisHostHasACpu) {
       EXPECT_LT(cpu, milliseconds(40)) << n << " ranks on " << cpus << " CPUs: spun";
     }
   }
-}
-
-// CPU time of this process, every thread of it.
-std::chrono::nanoseconds process_cpu_time() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
 }
 
 // A large operation waiting on shared memory polls its pairs, yielding between polls, for up to
@@ -405,10 +398,10 @@ TEST(Spin, ALargeOperationPollsSharedMemoryForYieldWaitAndSleepsOnTcp) {
     std::chrono::nanoseconds cpu{0};
     world.run([&](int r, Communicator& comm) {
       std::vector<float> buf(256 << 10, 1.0f);  // 1 MiB: above hand_off_bytes
-      const auto c0 = process_cpu_time();
+      const auto c0 = cpu_time(CLOCK_PROCESS_CPUTIME_ID);
       if (r != 0) std::this_thread::sleep_for(milliseconds(200));
       comm.allreduce(Buffer{DType::F32, buf.data(), buf.size()}, {})->wait();
-      if (r == 0) cpu = process_cpu_time() - c0;
+      if (r == 0) cpu = cpu_time(CLOCK_PROCESS_CPUTIME_ID) - c0;
       EXPECT_EQ(buf[0], 2.0f);
     });
     if (t == Transport::Shm) {
