@@ -200,7 +200,8 @@ def emulated(cohort, out_dir, rows):
         finally:
             subprocess.run([NC, "down", cluster], check=False)
         pred = simulate(cohort, job, profile, hosts * per_host, ["threads_per_worker=1"] + sets,
-                        ["--ranks-per-host", str(per_host), "--one-machine", "--link", rate])
+                        ["--ranks-per-host", str(per_host), "--one-machine", "--link", rate,
+                         "--link-framing", "14"])  # tc's tbf counts a frame from its MAC header
         rows.append({"part": "cluster", "model": "cnn", "workers": hosts * per_host, "hosts": hosts,
                      "rate": rate, "config": f"{algo}, 25 MiB, {codec}", "measured_s": measured,
                      "predicted_s": pred["step_s"], "closed_form_s": pred["closed_form_step_s"],

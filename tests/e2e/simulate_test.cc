@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -133,6 +134,27 @@ TEST_F(Simulate, PredictsEveryWorldAndNamesTheFastestConfiguration) {
   EXPECT_EQ(html.find("/*DATA*/"), std::string::npos);
 }
 
+TEST_F(Simulate, ALineRateInBitsCarriesTheTcpPayloadOfItsFrames) {
+  ASSERT_EQ(calibrate_code_, 0) << *calibrate_output_;
+  auto step_s = [&](const std::string& link) {
+    const auto r = sh(kCohort + " simulate " + job() + " --profile " + profile() +
+                      " --workers 8 --ranks-per-host 1 --only-job --json " + link);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return json::parse(r.output)["worlds"][0]["rows"][0]["prediction"]["step_s"].get<double>();
+  };
+  // 100 Mbit/s of Ethernet frames of 1,538 bytes, each with 1,448 bytes of TCP payload; a rate
+  // in bytes is the payload rate itself.
+  char bytes[64];
+  std::snprintf(bytes, sizeof bytes, "--link %.9fmbyte", 12.5 * 1448 / 1538);
+  const double line = step_s("--link 100mbit");
+  EXPECT_NEAR(line, step_s(bytes), 1e-6 * line);
+  EXPECT_GT(line, step_s("--link 12.5mbyte") * 1.01);  // the gradients cross 8 hosts' links
+  std::snprintf(bytes, sizeof bytes, "--link %.9fmbyte", 12.5 * 1448 / 1514);
+  EXPECT_NEAR(step_s("--link 100mbit --link-framing 14"), step_s(bytes), 1e-6 * line);
+  std::snprintf(bytes, sizeof bytes, "--link %.9fmbyte", 12.5 * 8948 / 9038);
+  EXPECT_NEAR(step_s("--link 100mbit --link-mtu 9000"), step_s(bytes), 1e-6 * line);
+}
+
 TEST_F(Simulate, DiagnoseSaysWhatTheModelPredictsForARun) {
   ASSERT_EQ(calibrate_code_, 0) << *calibrate_output_;
   const fs::path run = dir() / "run";
@@ -168,6 +190,13 @@ TEST_F(Simulate, BadInputIsRefusedByName) {
   const auto link = simulate("--profile " + profile() + " --workers 4 --link 25");
   EXPECT_EQ(link.exit_code, 2);
   EXPECT_NE(link.output.find("--link 25"), std::string::npos) << link.output;
+  const auto mtu =
+      simulate("--profile " + profile() + " --workers 4 --link 1gbyte --link-mtu 9000");
+  EXPECT_EQ(mtu.exit_code, 2);
+  EXPECT_NE(mtu.output.find("line rate"), std::string::npos) << mtu.output;
+  const auto tiny = simulate("--profile " + profile() + " --workers 4 --link 1gbit --link-mtu 40");
+  EXPECT_EQ(tiny.exit_code, 2);
+  EXPECT_NE(tiny.output.find("--link-mtu"), std::string::npos) << tiny.output;
   // A profile with a value out of range: its file, line and key.
   std::string text = slurp(profile());
   const size_t at = text.find("\"reduce_gbytes_per_s\"");

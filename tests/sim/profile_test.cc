@@ -117,6 +117,14 @@ TEST(Profile, MalformedProfilesNameFileLineAndKey) {
   EXPECT_NE(version.find("profile"), std::string::npos) << version;
 }
 
+TEST(Profile, TcpCarriesThePayloadOfEachFrameOfALineRate) {
+  EXPECT_DOUBLE_EQ(tcp_payload_rate(12.5e6, 1500, 38), 12.5e6 * 1448 / 1538);  // 94.1%
+  EXPECT_DOUBLE_EQ(tcp_payload_rate(12.5e6, 1500, 14), 12.5e6 * 1448 / 1514);  // tc's count
+  EXPECT_DOUBLE_EQ(tcp_payload_rate(3.125e9, 9000, 38), 3.125e9 * 8948 / 9038);
+  EXPECT_THROW(tcp_payload_rate(1e9, 52, 38), Error);
+  EXPECT_THROW(tcp_payload_rate(1e9, 1500, -1), Error);
+}
+
 TEST(Profile, AFileThatIsNotThereIsNamed) {
   try {
     read_profile("/nonexistent/profile.json");

@@ -23,7 +23,8 @@ namespace {
 
 int usage(std::ostream& os, int code) {
   os << "usage: cohort simulate JOB.yaml --workers N[,N...] [--profile P] [--hosts H | --ranks-per-host L]\n"
-        "       [--one-machine] [--link BW] [--link-latency T] [--only-job] [--json] [--html FILE]\n"
+        "       [--one-machine] [--link BW] [--link-latency T] [--link-mtu B] [--link-framing B]\n"
+        "       [--only-job] [--json] [--html FILE]\n"
         "       [--set key=value]...\n\n"
         "Predicts, for each number of workers, the step time, the communication left exposed after\n"
         "backward, the bytes on the busiest host link, samples/s and scaling efficiency of the job,\n"
@@ -34,8 +35,13 @@ int usage(std::ostream& os, int code) {
         "  --ranks-per-host L   L workers per host\n"
         "  --one-machine        the hosts are namespaces of one machine and share its cores\n"
         "                       (the emulated cluster of scripts/netcluster.sh)\n"
-        "  --link BW            each host's network link (25gbit, 100mbit, ...) instead of the profile's\n"
+        "  --link BW            each host's network link instead of the profile's: a line rate in\n"
+        "                       bits (25gbit, 100mbit), or what one TCP stream carries (1.2gbyte)\n"
         "  --link-latency T     the latency between hosts (5us, 0.1ms, ...) instead of the profile's\n"
+        "  --link-mtu BYTES     the line's MTU (default 1500): TCP carries mtu - 52 bytes of each\n"
+        "                       packet's mtu + framing on the line\n"
+        "  --link-framing BYTES what the line counts beyond each packet (default 38: Ethernet's\n"
+        "                       header, FCS, preamble and gap; 14 for a tc qdisc's rate)\n"
         "  --only-job           the job's own configuration only\n"
         "  --json               print the predictions as JSON\n"
         "  --html FILE          write a report with charts to FILE\n\n"
@@ -96,7 +102,8 @@ void print_row(std::ostream& os, const std::string& label, const sim::SweepRow& 
 
 int simulate_main(int argc, char** argv) {
   Args args(argc, argv,
-            {"workers", "profile", "hosts", "ranks-per-host", "link", "link-latency", "html", "set"},
+            {"workers", "profile", "hosts", "ranks-per-host", "link", "link-latency", "link-mtu",
+             "link-framing", "html", "set"},
             {"help", "json", "one-machine", "only-job"});
   if (args.has("help")) return usage(std::cout, 0);
   if (args.positionals().size() != 1 || !args.has("workers")) return usage(std::cerr, 2);
@@ -119,7 +126,23 @@ int simulate_main(int argc, char** argv) {
   const std::vector<int> worlds = parse_workers(*args.get("workers"));
   sim::Layout base;
   base.one_machine = args.has("one-machine");
-  if (auto v = args.get("link")) base.link_bytes_per_s = parse_bandwidth("link", *v);
+  // A rate in bits is a line rate, of frames; one in bytes is what a stream carries, as the
+  // profile's figures are.
+  const auto link = args.get("link");
+  const bool line_rate = link && link->ends_with("bit");
+  if ((args.has("link-mtu") || args.has("link-framing")) && !line_rate) {
+    throw ConfigError(
+        "--link-mtu and --link-framing describe a line rate: give --link in bits (25gbit)");
+  }
+  const long mtu = args.get_int("link-mtu", 1500), framing = args.get_int("link-framing", 38);
+  if (mtu < 576 || mtu > 65536) throw ConfigError("--link-mtu: expected 576 to 65536 bytes");
+  if (framing < 0 || framing > 1024) throw ConfigError("--link-framing: expected 0 to 1024 bytes");
+  if (link) {
+    const double rate = parse_bandwidth("link", *link);
+    base.link_bytes_per_s =
+        line_rate ? sim::tcp_payload_rate(rate, static_cast<int>(mtu), static_cast<int>(framing))
+                  : rate;
+  }
   if (auto v = args.get("link-latency")) base.link_latency_s = parse_duration("link-latency", *v);
   const long hosts = args.get_int("hosts", 0);
   const long per_host = args.get_int("ranks-per-host", profile.ranks_per_host);

@@ -240,4 +240,12 @@ std::string profile_json(const Profile& p) {
   return j.dump(2) + "\n";
 }
 
+double tcp_payload_rate(double line_bytes_per_s, int mtu, int framing) {
+  constexpr int kHeaders = 20 + 20 + 12;  // IPv4, TCP, the timestamps option
+  if (mtu <= kHeaders || framing < 0) {
+    throw Error("a link's MTU must exceed 52 bytes and its framing be at least 0");
+  }
+  return line_bytes_per_s * (mtu - kHeaders) / (mtu + framing);
+}
+
 }  // namespace cohort::sim

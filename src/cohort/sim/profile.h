@@ -44,6 +44,12 @@ struct LinkCost {
   double oversubscribed_exponent = 1;
 };
 
+// What TCP carries of a link whose rate counts whole frames (`line_bytes_per_s`, the rate a
+// NIC or a tc qdisc is quoted at): each packet of `mtu` bytes carries mtu - 52 bytes of payload
+// (IPv4 and TCP headers with timestamps, Linux's default) and takes mtu + `framing` bytes of the
+// link (Ethernet: header 14, FCS 4, preamble 8, inter-frame gap 12, together 38).
+double tcp_payload_rate(double line_bytes_per_s, int mtu, int framing);
+
 struct CodecCost {
   double encode_bytes_per_s = 0;  // per core, f32 input bytes
   double decode_bytes_per_s = 0;
