@@ -49,14 +49,18 @@ double leading_number(const std::string& flag, const std::string& text, std::str
 
 }  // namespace
 
-double parse_bandwidth(const std::string& flag, const std::string& text) {
+Bandwidth parse_bandwidth(const std::string& flag, const std::string& text) {
   std::string unit;
   const double v = leading_number(flag, text, &unit);
-  static const std::pair<const char*, double> units[] = {
-      {"gbit", 1e9 / 8}, {"mbit", 1e6 / 8}, {"kbit", 1e3 / 8}, {"bit", 1.0 / 8},
-      {"gbyte", 1e9},    {"mbyte", 1e6},    {"kbyte", 1e3}};
-  for (const auto& [name, factor] : units) {
-    if (unit == name) return v * factor;
+  static const struct {
+    const char* name;
+    double factor;
+    bool bits;
+  } units[] = {{"gbit", 1e9 / 8, true}, {"mbit", 1e6 / 8, true}, {"kbit", 1e3 / 8, true},
+               {"bit", 1.0 / 8, true},  {"gbyte", 1e9, false},   {"mbyte", 1e6, false},
+               {"kbyte", 1e3, false}};
+  for (const auto& u : units) {
+    if (unit == u.name) return {.bytes_per_s = v * u.factor, .in_bits = u.bits};
   }
   throw ConfigError("--" + flag + " " + text +
                     ": expected a bandwidth such as 25gbit, 100mbit or 1.25gbyte (per second)");

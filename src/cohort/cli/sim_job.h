@@ -17,9 +17,14 @@ sim::Choice choice_of(const train::JobConfig& job);
 // there. Throws ConfigError for a profile that is malformed.
 std::optional<sim::Profile> find_profile(const std::optional<std::string>& path);
 
-// A bandwidth ("25gbit", "100mbit", "1.5gbit", "10gbyte") in bytes per second, a time ("5us",
-// "1.5ms", "20ns", "0.1s") in seconds; ConfigError naming the flag otherwise.
-double parse_bandwidth(const std::string& flag, const std::string& text);
+// A bandwidth ("25gbit", "100mbit", "1.5gbit", "10gbyte") in bytes per second, and whether it
+// was given in bits (a line rate, as links are quoted); a time ("5us", "1.5ms", "20ns", "0.1s")
+// in seconds; ConfigError naming the flag otherwise.
+struct Bandwidth {
+  double bytes_per_s = 0;
+  bool in_bits = false;
+};
+Bandwidth parse_bandwidth(const std::string& flag, const std::string& text);
 double parse_duration(const std::string& flag, const std::string& text);
 
 }  // namespace cohort::cli

@@ -128,8 +128,9 @@ int simulate_main(int argc, char** argv) {
   base.one_machine = args.has("one-machine");
   // A rate in bits is a line rate, of frames; one in bytes is what a stream carries, as the
   // profile's figures are.
-  const auto link = args.get("link");
-  const bool line_rate = link && link->ends_with("bit");
+  const bool has_link = args.has("link");
+  const Bandwidth link = has_link ? parse_bandwidth("link", *args.get("link")) : Bandwidth{};
+  const bool line_rate = has_link && link.in_bits;
   if ((args.has("link-mtu") || args.has("link-framing")) && !line_rate) {
     throw ConfigError(
         "--link-mtu and --link-framing describe a line rate: give --link in bits (25gbit)");
@@ -137,11 +138,11 @@ int simulate_main(int argc, char** argv) {
   const long mtu = args.get_int("link-mtu", 1500), framing = args.get_int("link-framing", 38);
   if (mtu < 576 || mtu > 65536) throw ConfigError("--link-mtu: expected 576 to 65536 bytes");
   if (framing < 0 || framing > 1024) throw ConfigError("--link-framing: expected 0 to 1024 bytes");
-  if (link) {
-    const double rate = parse_bandwidth("link", *link);
-    base.link_bytes_per_s =
-        line_rate ? sim::tcp_payload_rate(rate, static_cast<int>(mtu), static_cast<int>(framing))
-                  : rate;
+  if (has_link) {
+    base.link_bytes_per_s = line_rate
+                                ? sim::tcp_payload_rate(link.bytes_per_s, static_cast<int>(mtu),
+                                                        static_cast<int>(framing))
+                                : link.bytes_per_s;
   }
   if (auto v = args.get("link-latency")) base.link_latency_s = parse_duration("link-latency", *v);
   const long hosts = args.get_int("hosts", 0);
