@@ -49,6 +49,21 @@ peer_run() {  # LABEL COMMAND...: appends the command's output to the results
   rm -f "$err"
 }
 
+# Gloo's current API, bounded by GLOO_API_LIMIT_S: a run the bound stops is listed with the failed
+# runs (its sizes not reached are – in the tables), as is one that exits with an error.
+gloo_api_run() {  # N ROUND
+  local label="Gloo current API, $1 ranks, round $2" rc=0
+  timeout "$GLOO_API_LIMIT_S" "$BUILD/bench/gloo_allreduce" --ranks "$1" --sizes "$SIZES" \
+    --algo current_ring,current_bcube >>"$RESULTS" || rc=$?
+  if ((rc == 124)); then
+    echo "$label: stopped after ${GLOO_API_LIMIT_S} s (BENCH_GLOO_API_LIMIT_S)" >>"$FAILURES"
+    echo "bench-compare: $label: stopped after ${GLOO_API_LIMIT_S} s; going on" >&2
+  elif ((rc != 0)); then
+    echo "$label: exit status $rc" >>"$FAILURES"
+    echo "bench-compare: $label failed (exit status $rc); going on" >&2
+  fi
+}
+
 build() {
   echo "bench-compare: building in $BUILD"
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOHORT_WITH_TORCH=OFF \
@@ -118,8 +133,7 @@ measure() {
       # Gloo's current API stalls for tens of milliseconds at a time in Debian's build (see the
       # report): bounded, so that a size it cannot finish in time is reported as not finished.
       wait_quiet "gloo $n r$round"
-      timeout "$GLOO_API_LIMIT_S" "$BUILD/bench/gloo_allreduce" --ranks "$n" --sizes "$SIZES" \
-        --algo current_ring,current_bcube >>"$RESULTS" || echo "bench-compare: Gloo's current API, $n ranks: stopped after ${GLOO_API_LIMIT_S} s" >&2
+      gloo_api_run "$n" "$round"
       mpi_runs "$n" "$round"
     done
   done

@@ -9,26 +9,29 @@
 # per CPU (as the ranks are) and unbound; the reference is the best of the four. A 2-rank
 # allreduce of S bytes sends S each way (half in its reduce-scatter, half in its allgather) on
 # the same two CPUs that reduce, so its busbw (= algbw at 2 ranks) is a rate per direction to set
-# beside iperf3's.
+# beside iperf3's. The same allreduce also runs with the same-host socket buffers pinned to each of
+# BENCH_LOCAL_BUFFERS instead of Cohort's default (--socket-buffer; 0: the kernel's autotuning).
 #
 # Emulated cluster (scripts/netcluster.sh, 2 hosts of one rank, links limited with tc tbf to
 # BENCH_RATE): the same allreduce with Cohort's defaults (a connection between hosts leaves the
 # kernel's buffer autotuning on) and with SO_SNDBUF/SO_RCVBUF pinned to each of BENCH_BUFFERS
 # (--remote-socket-buffer), and iperf3 --bidir across the same link.
 #
-# Environment: BENCH_SIZES (16M,64M), BENCH_ROUNDS (3, interleaved; each configuration keeps its
-# best round), BENCH_RATE (1gbit), BENCH_BUFFERS ("64K 256K 1M 4M"), BENCH_PARTS ("loopback
-# cluster"), BENCH_OUTPUT (BENCHMARKS.md), BENCH_REPORT_ONLY=1. Every configuration first waits
-# for a quiet machine (scripts/lib/quiet.sh).
+# Environment: BENCH_SIZES (1M,4M,16M,64M; the targets are at 16M and 64M), BENCH_ROUNDS (3,
+# interleaved; each configuration keeps its best round), BENCH_RATE (1gbit), BENCH_BUFFERS ("64K
+# 256K 1M 4M"), BENCH_LOCAL_BUFFERS ("256K 4M 0"), BENCH_PARTS ("loopback cluster"), BENCH_OUTPUT
+# (BENCHMARKS.md), BENCH_REPORT_ONLY=1. Every configuration first waits for a quiet machine
+# (scripts/lib/quiet.sh).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$ROOT/build/bench-tcp
 COHORT=${COHORT_BINARY:-$ROOT/build/release/cohort}
-SIZES=${BENCH_SIZES:-16M,64M}
+SIZES=${BENCH_SIZES:-1M,4M,16M,64M}
 ROUNDS=${BENCH_ROUNDS:-3}
 RATE=${BENCH_RATE:-1gbit}
 BUFFERS=${BENCH_BUFFERS:-64K 256K 1M 4M}
+LOCAL_BUFFERS=${BENCH_LOCAL_BUFFERS:-256K 4M 0}
 PARTS=${BENCH_PARTS:-loopback cluster}
 OUTPUT=${BENCH_OUTPUT:-$ROOT/BENCHMARKS.md}
 RESULTS=$BUILD/results.jsonl
@@ -74,12 +77,17 @@ iperf_bidir() {  # SERVER_PREFIX CLIENT_PREFIX SERVER_ADDR PORT ARGS...
 }
 
 measure_loopback() {
-  local round length bind args
+  local round length bind args buf
   for ((round = 1; round <= ROUNDS; round++)); do
     echo "bench-tcp: loopback, round $round/$ROUNDS"
     wait_quiet "cohort loopback r$round"
     "$COHORT" bench allreduce --ranks 2 --transport tcp --sizes "$SIZES" --json |
       tag loopback cohort "$round"
+    for buf in $LOCAL_BUFFERS; do
+      wait_quiet "cohort loopback $buf r$round"
+      "$COHORT" bench allreduce --ranks 2 --transport tcp --sizes "$SIZES" --json \
+        --socket-buffer "$buf" | tag loopback "cohort $buf" "$round"
+    done
     for length in default 1M; do
       for bind in bound unbound; do
         args=()
@@ -131,4 +139,5 @@ fi
 PYTHONPATH=$ROOT/scripts/lib python3 "$ROOT/scripts/lib/tcp_report.py" "$RESULTS" "$OUTPUT" \
   "$(nproc) CPUs ($(lscpu | sed -n 's/^Model name: *//p' | head -1)), Linux $(uname -r)" \
   "scripts/bench-tcp.sh (BENCH_SIZES=$SIZES BENCH_ROUNDS=$ROUNDS BENCH_RATE=$RATE \
-BENCH_BUFFERS=\"$BUFFERS\" BENCH_PARTS=\"$PARTS\")" "$(cat "$BUILD/date")" "$QUIET_LOG" "$RATE"
+BENCH_BUFFERS=\"$BUFFERS\" BENCH_LOCAL_BUFFERS=\"$LOCAL_BUFFERS\" BENCH_PARTS=\"$PARTS\")" \
+  "$(cat "$BUILD/date")" "$QUIET_LOG" "$RATE"

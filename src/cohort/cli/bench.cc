@@ -58,7 +58,7 @@ constexpr const char* kUsage =
     "  --timeout MS       deadline of setup and of every collective (default 30000)\n"
     "  --chunk BYTES      pipeline segment size (CommConfig::chunk_bytes, default 256K)\n"
     "  --socket-buffer BYTES  SO_SNDBUF/SO_RCVBUF of data connections, 0: kernel autotuning\n"
-    "                     (CommConfig::socket_buffer_bytes, default 256K)\n"
+    "                     (CommConfig::socket_buffer_bytes, default 1M)\n"
     "  --remote-socket-buffer BYTES  the same for connections between ranks of different\n"
     "                     hosts (CommConfig::remote_socket_buffer_bytes, default 0)\n"
     "  --ring-window K    ring segments per step and round (CommConfig::ring_window,\n"

@@ -38,10 +38,12 @@ struct CommConfig {
   // CPU caches. 0: a whole block per step (the textbook order).
   size_t ring_window = 1;
   // SO_SNDBUF/SO_RCVBUF of a TCP data connection between two ranks of one host (0: leave the
-  // kernel's autotuning on). Modest buffers measured fastest on loopback: the bytes in flight
-  // stay in the CPU caches between the sender's copy into the kernel and the receiver's copy out
-  // (4 MiB buffers were about 2x slower at 16 MiB).
-  int socket_buffer_bytes = 256 << 10;
+  // kernel's autotuning on). Pinned large enough that the segments a step writes fit in the
+  // socket while the peer is still writing its own. Loopback, 2 CPUs (AMD EPYC), interleaved
+  // rounds, busbw at 1 MiB: 2 ranks 1.6-2.1 GB/s with 256 KiB, 2.7-3.8 with 1 MiB (4 MiB the
+  // same), 1.7-2.7 with autotuning; 3 ranks 0.9, 1.1-1.5, 1.1-1.6; 4 ranks alike for all three
+  // (BENCHMARKS.md, "Socket buffers on loopback").
+  int socket_buffer_bytes = 1 << 20;
   // The same for a connection between ranks of different hosts. 0, the default, leaves the
   // kernel's autotuning on, which sizes the buffers to the link's bandwidth-delay product (a
   // buffer pinned at 256 KiB would cap a 25 Gbit/s link with 1 ms of round trip at about
