@@ -121,6 +121,8 @@ def same_host_buffers():
         for b in sizes:
             lines.append(f"- {name}, {human(b)}: {rounds(cohort.get(('loopback', c, b))) or '–'}")
     return lines + [""]
+
+
 out = [BEGIN, "", "## Two ranks over TCP: against what loopback and the link carry", "",
        f"- Command: `{command}` (`make bench-tcp`)",
        f"- Machine: {machine}.",

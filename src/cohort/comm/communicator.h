@@ -42,7 +42,7 @@ struct CommConfig {
   // socket while the peer is still writing its own. Loopback, 2 CPUs (AMD EPYC), interleaved
   // rounds, busbw at 1 MiB: 2 ranks 1.6-2.1 GB/s with 256 KiB, 2.7-3.8 with 1 MiB (4 MiB the
   // same), 1.7-2.7 with autotuning; 3 ranks 0.9, 1.1-1.5, 1.1-1.6; 4 ranks alike for all three
-  // (BENCHMARKS.md, "Socket buffers on loopback").
+  // (BENCHMARKS.md, "Loopback: Cohort's same-host socket buffers").
   int socket_buffer_bytes = 1 << 20;
   // The same for a connection between ranks of different hosts. 0, the default, leaves the
   // kernel's autotuning on, which sizes the buffers to the link's bandwidth-delay product (a
