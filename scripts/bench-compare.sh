@@ -42,26 +42,14 @@ peer_run() {  # LABEL COMMAND...: appends the command's output to the results
   err=$(mktemp)
   "$@" >>"$RESULTS" 2>"$err" || rc=$?
   cat "$err" >&2
-  if ((rc != 0)); then
+  if ((rc == 124)); then  # a run bounded by timeout(1) that reached its bound
+    echo "$label: stopped by its time limit" >>"$FAILURES"
+    echo "bench-compare: $label stopped by its time limit; going on" >&2
+  elif ((rc != 0)); then
     echo "$label: exit status $rc ($(grep -v '^$' "$err" | tail -1))" >>"$FAILURES"
     echo "bench-compare: $label failed (exit status $rc); going on" >&2
   fi
   rm -f "$err"
-}
-
-# Gloo's current API, bounded by GLOO_API_LIMIT_S: a run the bound stops is listed with the failed
-# runs (its sizes not reached are – in the tables), as is one that exits with an error.
-gloo_api_run() {  # N ROUND
-  local label="Gloo current API, $1 ranks, round $2" rc=0
-  timeout "$GLOO_API_LIMIT_S" "$BUILD/bench/gloo_allreduce" --ranks "$1" --sizes "$SIZES" \
-    --algo current_ring,current_bcube >>"$RESULTS" || rc=$?
-  if ((rc == 124)); then
-    echo "$label: stopped after ${GLOO_API_LIMIT_S} s (BENCH_GLOO_API_LIMIT_S)" >>"$FAILURES"
-    echo "bench-compare: $label: stopped after ${GLOO_API_LIMIT_S} s; going on" >&2
-  elif ((rc != 0)); then
-    echo "$label: exit status $rc" >>"$FAILURES"
-    echo "bench-compare: $label failed (exit status $rc); going on" >&2
-  fi
 }
 
 build() {
@@ -133,7 +121,9 @@ measure() {
       # Gloo's current API stalls for tens of milliseconds at a time in Debian's build (see the
       # report): bounded, so that a size it cannot finish in time is reported as not finished.
       wait_quiet "gloo $n r$round"
-      gloo_api_run "$n" "$round"
+      peer_run "Gloo current API, $n ranks, round $round (limit ${GLOO_API_LIMIT_S} s)" \
+        timeout "$GLOO_API_LIMIT_S" "$BUILD/bench/gloo_allreduce" --ranks "$n" --sizes "$SIZES" \
+        --algo current_ring,current_bcube
       mpi_runs "$n" "$round"
     done
   done

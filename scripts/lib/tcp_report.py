@@ -1,6 +1,7 @@
 """The two-ranks-over-TCP section of BENCHMARKS.md, from scripts/bench-tcp.sh's results (one JSON
 per line, each tagged with its part, configuration and round)."""
 import json
+import statistics
 import sys
 
 from quiet_report import busy_labels, load_note
@@ -81,11 +82,6 @@ def rounds(runs):
 sizes = sorted({k[2] for k in cohort})
 
 
-def median(values):
-    v = sorted(values)
-    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2 if v else None
-
-
 def same_host_buffers():
     """The loopback allreduce with Cohort's default same-host socket buffers against each pinned
     alternative (BENCH_LOCAL_BUFFERS): the median and the best of the quiet rounds."""
@@ -109,7 +105,7 @@ def same_host_buffers():
         for c in configs:
             quiet = [v for v, _, busy_run in cohort.get(("loopback", c, b), []) if not busy_run]
             if quiet:
-                medians[c] = median(quiet)
+                medians[c] = statistics.median(quiet)
                 cells.append(f"{medians[c]:.2f} / {max(quiet):.2f}")
             else:
                 cells.append("–")
