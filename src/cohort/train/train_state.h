@@ -2,9 +2,7 @@
 // counts that prove each sample of an epoch was trained on once (trainer.h, "Fault tolerance").
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
-#include <deque>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -43,43 +41,6 @@ struct TrainState {
     }
     return s;
   }
-};
-
-// A committed state: TrainState plus the model, optimizer, generator and the synchronization
-// mode's state (encode_checkpoint).
-struct Snapshot {
-  TrainState state;
-  std::string bytes;
-};
-
-// The last two snapshots, the newest last: ranks are at most one commit apart when a collective
-// fails, so the newest snapshot every rank holds is one of a rank's last two.
-class Snapshots {
- public:
-  // A second snapshot of the same step replaces the first.
-  void take(Snapshot snap) {
-    if (!list_.empty() && list_.back().state.step == snap.state.step) {
-      list_.back() = std::move(snap);
-      return;
-    }
-    list_.push_back(std::move(snap));
-    if (list_.size() > 2) list_.pop_front();
-  }
-  // Only `snap` is kept (after a restore).
-  void reset(Snapshot snap) {
-    list_.clear();
-    list_.push_back(std::move(snap));
-  }
-  const Snapshot* find(int64_t step) const {
-    auto it = std::find_if(list_.begin(), list_.end(),
-                           [&](const Snapshot& s) { return s.state.step == step; });
-    return it == list_.end() ? nullptr : &*it;
-  }
-  bool empty() const { return list_.empty(); }
-  const Snapshot& newest() const { return list_.back(); }
-
- private:
-  std::deque<Snapshot> list_;
 };
 
 }  // namespace cohort::train

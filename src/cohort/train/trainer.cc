@@ -50,8 +50,12 @@ Trainer::Trainer(TrainerContext& ctx)
 void Trainer::take_snapshot(int world) {
   if (servers_) return;  // the parameter servers hold the state; nothing is rolled back
   auto t = Clock::now();
-  snapshots_.take({state_, encode_checkpoint(position(world), *model_, optimizer_.get(),
-                                             {.sync_state = mode_ ? mode_->save_state() : ""})});
+  std::shared_ptr<StateCopy> copy = snapshots_.recycle(state_.step);
+  copy->capture(*model_, optimizer_.get());
+  snapshots_.take({.state = state_,
+                   .meta = position(world),
+                   .sync_state = mode_ ? mode_->save_state() : "",
+                   .copy = std::move(copy)});
   snapshot_s_ += seconds_since(t);
 }
 

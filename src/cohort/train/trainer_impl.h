@@ -24,6 +24,7 @@
 #include "cohort/train/sampler.h"
 #include "cohort/train/schedule.h"
 #include "cohort/train/server_mode.h"
+#include "cohort/train/snapshot.h"
 #include "cohort/train/status_reporter.h"
 #include "cohort/train/sync_mode.h"
 #include "cohort/train/train_state.h"

@@ -165,7 +165,8 @@ void Trainer::restore(Epoch& e) {
   }
   e.restored_step = v[0];
   const int root = static_cast<int>(v[3]);
-  std::string bytes, state_json;
+  const bool send = v[2] < 0;  // some rank has no state: the root sends it a checkpoint's bytes
+  std::string bytes, state_json, sync_state;
   if (have_state_) {
     const Snapshot* snap = snapshots_.find(e.restored_step);
     if (!snap) {
@@ -173,20 +174,34 @@ void Trainer::restore(Epoch& e) {
                   std::to_string(e.restored_step) + " (its newest is of step " +
                   std::to_string(snapshots_.newest().state.step) + ")");
     }
-    bytes = snap->bytes;
-    state_json = snap->state.to_json().dump();
+    snap->copy->restore(*model_, optimizer_.get());
+    state_ = snap->state;
+    sync_state = snap->sync_state;
+    if (send && e.rank == root) {
+      bytes = encode_checkpoint(snap->meta, *model_, optimizer_.get(), {.sync_state = sync_state});
+      state_json = state_.to_json().dump();
+    }
   }
-  if (v[2] < 0) {
+  if (send) {
     bytes = e.ddp.broadcast_bytes(e.rank == root ? bytes : std::string(), root);
     state_json = e.ddp.broadcast_bytes(e.rank == root ? state_json : std::string(), root);
   }
+  if (!have_state_) {
+    CheckpointExtras extras;
+    decode_checkpoint(bytes, "snapshot of step " + std::to_string(e.restored_step), *model_,
+                      optimizer_.get(), /*restore_rng=*/true, &extras);
+    sync_state = std::move(extras.sync_state);
+    state_ = TrainState::from_json(json::parse(state_json));
+  }
   e.rolled_back = std::max<int64_t>(0, -v[1] - e.restored_step);
-  CheckpointExtras extras;
-  decode_checkpoint(bytes, "snapshot of step " + std::to_string(e.restored_step), *model_,
-                    optimizer_.get(), /*restore_rng=*/true, &extras);
-  e.mode.load_state(extras.sync_state);
-  state_ = TrainState::from_json(json::parse(state_json));
-  snapshots_.reset({state_, std::move(bytes)});
+  e.mode.load_state(sync_state);
+  // The snapshot restored is the only one kept (a rank that received it takes its own copy).
+  std::shared_ptr<StateCopy> copy = snapshots_.recycle(state_.step);
+  copy->capture(*model_, optimizer_.get());
+  snapshots_.reset({.state = state_,
+                    .meta = position(e.world),
+                    .sync_state = std::move(sync_state),
+                    .copy = std::move(copy)});
   have_state_ = true;
   ++restores_;
   e.report_recovery = e.rank == 0;
