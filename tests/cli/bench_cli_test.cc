@@ -164,11 +164,15 @@ TEST(BenchCli, RankWithoutTokenRefusesToStart) {
   EXPECT_NE(p.err().find("COHORT_BENCH_TOKEN"), std::string::npos) << p.err();
 }
 
+// A benchmark that runs long after its first line: 4 KiB, then 64 MiB 300 times.
+const std::vector<std::string> kLongBench = {"bench",  "allreduce", "--ranks", "3",     "--sizes",
+                                             "4K,64M", "--iters",   "300",     "--json"};
+
 // Ctrl-C reaches the launcher, which kills and reaps every rank before it exits.
 TEST(BenchCli, InterruptStopsEveryRank) {
-  CohortProcess p({"bench", "allreduce", "--ranks", "3", "--sizes", "16M", "--iters", "100000"});
-  ASSERT_TRUE(p.wait_for_members(4, 30s)) << "ranks did not start\n" << p.err();
-  std::this_thread::sleep_for(500ms);
+  CohortProcess p(kLongBench);
+  // The first size's line: every rank is past its start and inside the long second size.
+  ASSERT_TRUE(p.wait_for_output("\"bytes\":4096", 60s)) << "ranks did not start\n" << p.err();
   kill(p.pid(), SIGINT);
   auto st = p.wait_for(15s);
   ASSERT_TRUE(st) << "launcher ignored SIGINT";
@@ -180,9 +184,9 @@ TEST(BenchCli, InterruptStopsEveryRank) {
 
 // A launcher killed outright cannot clean up; its ranks die with it (PR_SET_PDEATHSIG).
 TEST(BenchCli, RanksDieWithAKilledLauncher) {
-  CohortProcess p({"bench", "allreduce", "--ranks", "3", "--sizes", "16M", "--iters", "100000"});
-  ASSERT_TRUE(p.wait_for_members(4, 30s)) << "ranks did not start\n" << p.err();
-  std::this_thread::sleep_for(500ms);
+  CohortProcess p(kLongBench);
+  // The first size's line: every rank is past its start and inside the long second size.
+  ASSERT_TRUE(p.wait_for_output("\"bytes\":4096", 60s)) << "ranks did not start\n" << p.err();
   kill(p.pid(), SIGKILL);
   ASSERT_TRUE(p.wait_for(10s));
   EXPECT_TRUE(p.reap_group(10s)) << group_members(p.pid()).size() << " ranks outlived the launcher";

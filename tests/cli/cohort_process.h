@@ -138,6 +138,16 @@ class CohortProcess {
     return false;
   }
 
+  // Waits until the launcher's standard output holds `text`.
+  bool wait_for_output(const std::string& text, std::chrono::milliseconds limit) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (out().find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(10ms);
+    }
+    return false;
+  }
+
   std::string out() const { return read_file(out_path_); }
   std::string err() const { return read_file(err_path_); }
   double seconds() const { return std::chrono::duration<double>(elapsed_).count(); }

@@ -127,13 +127,27 @@ TEST(Failure, TwoRankTimeoutNamesThePeer) {
   (void)x;
 }
 
+// Waits (up to 10 s) until `comm`'s flight recorder shows a collective that `is` picks in the
+// started state: the rank is then in its exchange, not still on the way to it.
+template <typename Pred>
+void wait_until_started(Communicator& comm, Pred is) {
+  const auto deadline = Clock::now() + 10s;
+  while (Clock::now() < deadline) {
+    for (const CollectiveRecord& r : comm.flight_recorder().snapshot().records) {
+      if (is(r) && r.state == CollectiveState::Started) return;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+  ADD_FAILURE() << "rank " << comm.rank() << " did not start the collective within 10 s";
+}
+
 TEST(Failure, AbortUnblocksAPendingAllreducePromptly) {
   World world(2);
   std::vector<float> a(1000, 1.0f), b(1000, 1.0f);
   // Rank 1 never joins: rank 0's allreduce blocks until aborted.
   auto w1 = world[0].allreduce(Buffer{DType::F32, a.data(), a.size()});
   auto w2 = world[0].allreduce(Buffer{DType::F32, b.data(), b.size()});  // queued behind it
-  std::this_thread::sleep_for(200ms);
+  wait_until_started(world[0], [&](const CollectiveRecord& r) { return r.seq == w1->sequence(); });
   EXPECT_FALSE(w1->is_completed());
   const auto start = Clock::now();
   std::thread aborter([&] { world[0].abort("test says stop"); });
@@ -166,7 +180,11 @@ TEST(Failure, DestroyedRankIsNamedByEveryOtherRank) {
       // Busy in an operation that cannot finish (nobody sends to it), then destroyed.
       int32_t x;
       auto w = comm.recv(Buffer{DType::I32, &x, 1}, 0, {.tag = 99});
-      std::this_thread::sleep_for(300ms);
+      // Destroyed once the others are inside their allreduce.
+      for (int other : {0, 1}) {
+        wait_until_started(world[other],
+                           [](const CollectiveRecord& c) { return c.kind == OpKind::Allreduce; });
+      }
       world.slot(2).reset();
       EXPECT_THROW(w->wait(), AbortedError);
       return;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -66,13 +67,15 @@ Ends make_ends(const Variant& v) {
 }
 
 // Sleeps until `dir` of `p` may progress, as the engine's wait does; false at the deadline.
-bool wait_for(Pair& p, Direction dir, Deadline deadline) {
+// `armed`, when given, is set once the pair's wake-up is armed and the thread is about to sleep.
+bool wait_for(Pair& p, Direction dir, Deadline deadline, std::atomic<bool>* armed = nullptr) {
   for (;;) {
     pollfd pfd;
     if (p.watch(dir, /*arm=*/true, &pfd)) {
       p.woke(dir, 0);
       return true;
     }
+    if (armed) armed->store(true);
     ::poll(&pfd, 1, deadline.poll_timeout_ms());
     if (p.woke(dir, pfd.revents)) return true;
     if (deadline.expired()) return false;
@@ -239,12 +242,14 @@ TEST_P(Transport, SendingToAPeerThatShutItsEndDownFails) {
 TEST_P(Transport, ShutdownWakesAThreadSleepingOnThePair) {
   Ends e = make_ends(GetParam());
   const auto t0 = Clock::now();
+  std::atomic<bool> armed{false};
   std::thread waiter([&] {
-    EXPECT_TRUE(wait_for(*e.b, Direction::Recv, Deadline::after(20s)));
+    EXPECT_TRUE(wait_for(*e.b, Direction::Recv, Deadline::after(20s), &armed));
     uint8_t b;
     EXPECT_THROW(e.b->recv_some(&b, 1), PeerLostError);
   });
-  std::this_thread::sleep_for(50ms);  // let it fall asleep (it wakes either way)
+  // Once its wake-up is armed, the shutdown must wake it (whether or not it is in poll yet).
+  while (!armed.load()) std::this_thread::yield();
   e.b->shutdown();
   waiter.join();
   EXPECT_LT(Clock::now() - t0, 5s);

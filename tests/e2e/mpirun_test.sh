@@ -75,7 +75,11 @@ PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0
 "$COHORT" run "$JOB" --external-workers --port "$PORT" --token-file "$D/token" --run-dir "$RUN" \
   --set workers=2 --set train.max_steps=40 >"$D/by-hand.out" 2>&1 &
 LAUNCHER=$!
-until [[ -s $D/token ]]; do sleep 0.1; done
+until [[ -s $D/token ]]; do
+  ((SECONDS < DEADLINE)) || fail "job 3 never wrote its token"
+  kill -0 $LAUNCHER 2>/dev/null || fail "job 3's launcher ended early: $(tail -5 "$D/by-hand.out")"
+  sleep 0.1
+done
 ROOT_OK=()
 ((EUID == 0)) && ROOT_OK=(--allow-run-as-root)
 COHORT_TOKEN=$(cat "$D/token") timeout 300 mpirun "${ROOT_OK[@]}" --oversubscribe -np 2 \

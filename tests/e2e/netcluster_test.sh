@@ -58,6 +58,7 @@ if mode == "recv":
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind((host, port))
     s.listen(4)
+    open(sys.argv[5], "w").close()  # listening: the senders may connect
     s.settimeout(30)
     conns = [s.accept()[0] for _ in range(int(sys.argv[4]))]
     n, t0 = 0, time.monotonic()
@@ -86,11 +87,15 @@ EOF
 
 # Mbit/s received by node DST from the nodes SRC... sending for 3 s at once.
 measure() {  # DST SRC...
-  local dst=$1 port=$((5000 + RANDOM % 1000)) out
+  local dst=$1 port=$((5000 + RANDOM % 1000)) out until=$((SECONDS + 30))
   shift
+  rm -f "$TMP/listening"
   "$NC" exec "$CLUSTER" "$dst" python3 "$TMP/xfer.py" recv "$("$NC" addr "$dst")" "$port" $# \
-    >"$TMP/rate" 2>&1 &
-  sleep 0.5
+    "$TMP/listening" >"$TMP/rate" 2>&1 &
+  while [[ ! -e $TMP/listening ]]; do
+    ((SECONDS < until)) || fail "the receiver on node $dst did not listen: $(cat "$TMP/rate")"
+    sleep 0.05
+  done
   for src in "$@"; do
     "$NC" exec "$CLUSTER" "$src" python3 "$TMP/xfer.py" send "$("$NC" addr "$dst")" "$port" 3 &
   done
@@ -179,7 +184,14 @@ rig() {
   local reapers
   mapfile -t reapers < <(pgrep -f "netcluster.sh reap $id")
   kill -KILL "${reapers[@]}" "$owner"
-  sleep 1
+  # Once they are gone nothing of theirs can remove the cluster any more.
+  local until=$((SECONDS + 10)) p alive=1
+  while ((alive)); do
+    alive=0
+    for p in "${reapers[@]}" "$owner"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    ((alive == 0 || SECONDS < until)) || fail "owner or reaper of $id outlived SIGKILL"
+    ((alive == 0)) || sleep 0.05
+  done
   ip netns list | grep -q "^cnc-$id-" || fail "the orphaned cluster vanished by itself (the test is wrong)"
   "$NC" clean
   assert_gone "$id" "after clean removed an orphaned cluster"

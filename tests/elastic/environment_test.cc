@@ -235,17 +235,19 @@ TEST_F(ProcessGroupTest, RankZeroKeepsTheStoreUntilEveryRankIsDone) {
   const int world = 3;
   const uint16_t port = free_port();
   std::atomic<int> late_store_uses{0};
-  std::atomic<bool> rank0_finished{false};
+  std::atomic<bool> rank0_finishing{false}, rank0_finished{false};
   run_ranks(world, [&](int r) {
     ProcessGroup g = init_from_environment(rank_vars(r, world, port));
     g.comm->barrier()->wait();
     if (r == 0) {
+      rank0_finishing = true;
       g.finish();  // must block until ranks 1 and 2 are done with the store
       rank0_finished = true;
       EXPECT_EQ(late_store_uses.load(), world - 1);
       return;  // the destructor stops the server
     }
-    std::this_thread::sleep_for(300ms);
+    while (!rank0_finishing.load())
+      std::this_thread::yield();  // rank 0 is on its way into finish()
     g.store->set("late/" + std::to_string(r), store::to_bytes("x"));  // the server is still up
     EXPECT_FALSE(rank0_finished.load());
     ++late_store_uses;

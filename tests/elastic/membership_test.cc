@@ -268,7 +268,12 @@ TEST(WorkerAgent, WorkerWithoutACoordinatorForItsWaitFencesItself) {
   Membership m = make_agent(c.endpoint())->join();
   {
     auto reachable = make_agent(c.endpoint());
-    std::this_thread::sleep_for(800ms);
+    // Its heartbeats get through for longer than its coordinator_wait (8 of 50 ms): it stays in.
+    const int64_t before = s.add(keys::heartbeat(0), 0);
+    const auto t1 = Clock::now();
+    while (s.add(keys::heartbeat(0), 0) < before + 8 && Clock::now() - t1 < 5000ms)
+      std::this_thread::sleep_for(10ms);
+    ASSERT_GE(s.add(keys::heartbeat(0), 0), before + 8) << "its heartbeats did not get through";
     EXPECT_FALSE(reachable->cut_off());
   }
   auto agent = make_agent(nowhere);

@@ -56,8 +56,17 @@ TEST(ParameterServers, SspZeroIsSynchronousSgdOnTheSumAcrossShards) {
     PullInfo i0, i1;
     auto a = w0.push_pull(keys, g0, p0, {.clock = c, .lr = lr, .min_version = c + 1}, &i0);
     if (c == 0) {
-      // s = 0: worker 0's pull needs worker 1's push of the same clock.
-      std::this_thread::sleep_for(Millis(100));
+      // s = 0: worker 0's pull needs worker 1's push of the same clock. Once every shard has
+      // worker 0's push (its slot's next clock is 1), its answer is held there.
+      const Deadline d = Deadline::after(Millis(5000));
+      auto pushed_everywhere = [&] {
+        for (const ShardStatus& st : w1.status()) {
+          if (st.slot_clocks.empty() || st.slot_clocks[0] < 1) return false;
+        }
+        return true;
+      };
+      while (!pushed_everywhere() && !d.expired()) std::this_thread::sleep_for(Millis(5));
+      ASSERT_TRUE(pushed_everywhere()) << "worker 0's push of clock 0 did not reach every shard";
       EXPECT_FALSE(a->is_completed());
     }
     auto b = w1.push_pull(keys, g1, p1, {.clock = c, .lr = lr, .min_version = c + 1}, &i1);

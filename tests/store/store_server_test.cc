@@ -274,8 +274,9 @@ TEST_F(StoreServerTest, ClientThatLeavesWhileParkedIsForgotten) {
     RawClient raw(ep());
     raw.handshake(kToken);
     raw.send(request({.op = StoreOp::kWait, .keys = {"parked"}, .timeout_ms = 60000}));
-    std::this_thread::sleep_for(Millis(50));  // let the server park it
-  }                                           // closed between requests: not a violation
+    ASSERT_TRUE(logs_.wait_for_debug("waits for 'parked'", 1, Millis(5000))) << logs_.dump();
+  }  // closed between requests: not a violation
+  ASSERT_TRUE(logs_.wait_for_debug(" left", 1, Millis(5000))) << logs_.dump();
   TcpStore s(ep(), kToken);
   s.set("parked", to_bytes("now"));  // would touch the departed waiter if it were kept
   expect_real_client_served();
@@ -304,10 +305,14 @@ TEST_F(StoreServerTest, ManyParkedWaitersAreAllReleased) {
     });
   }
   TcpStore setter(ep(), kToken);
+  // Every waiter is parked (the even ones on their own key, the odd ones on "go" or theirs)
+  // before any key is set.
+  ASSERT_TRUE(logs_.wait_for_debug("waits for", kWaiters, Millis(10000))) << logs_.dump();
   for (int i = 0; i < kWaiters; ++i)
     setter.set("w/" + std::to_string(i), to_bytes("w/" + std::to_string(i)));
-  std::this_thread::sleep_for(Millis(50));
-  EXPECT_LE(done.load(), kWaiters / 2);  // the odd ones still need "go"
+  // Each even waiter's get is answered and it parks again, on "go": all of them wait for it.
+  ASSERT_TRUE(logs_.wait_for_debug("waits for 'go'", kWaiters, Millis(10000))) << logs_.dump();
+  EXPECT_EQ(done.load(), 0);  // nobody is through without "go"
   setter.set("go", {});
   for (auto& t : ts) t.join();
   EXPECT_EQ(done.load(), kWaiters);
@@ -359,8 +364,10 @@ TEST_F(StoreServerTest, ValueOverTheLimitIsAnErrorAndTheConnectionStaysUsable) {
 TEST_F(StoreServerTest, MaxConnectionsIsEnforced) {
   StoreServer small({.token = kToken, .handshake_timeout = Millis(5000), .max_connections = 3});
   std::vector<std::unique_ptr<RawClient>> holders;
-  for (int i = 0; i < 3; ++i) holders.push_back(std::make_unique<RawClient>(small.endpoint()));
-  std::this_thread::sleep_for(Millis(50));  // let the server accept them
+  for (int i = 0; i < 3; ++i) {
+    holders.push_back(std::make_unique<RawClient>(small.endpoint()));
+    holders.back()->handshake(kToken);  // answered: the server has accepted and counts it
+  }
   RawClient extra(small.endpoint());
   EXPECT_TRUE(extra.wait_closed(Millis(1000)).has_value());
   EXPECT_TRUE(logs_.wait_for_warnings("max_connections", 1, Millis(1000))) << logs_.dump();
@@ -396,7 +403,7 @@ TEST_F(StoreServerTest, StopIsPromptAndParkedClientsSeePeerLostNamingTheServer) 
       error = e.what();
     }
   });
-  std::this_thread::sleep_for(Millis(100));
+  ASSERT_TRUE(logs_.wait_for_debug("waits for 'never'", 1, Millis(5000))) << logs_.dump();
   auto t0 = Clock::now();
   srv->stop();
   EXPECT_LT(since(t0), Millis(500));

@@ -24,14 +24,14 @@
 
 namespace cohort::store::testing {
 
-// Installs itself as spdlog's default logger and records every line at info level and above.
+// Installs itself as spdlog's default logger and records every line at debug level and above.
 // Construct it before any server and destroy it after (the default logger is not swapped safely
 // while another thread logs).
 class LogCapture {
  public:
   LogCapture() : prev_(spdlog::default_logger()), sink_(std::make_shared<Sink>()) {
     auto logger = std::make_shared<spdlog::logger>("capture", sink_);
-    logger->set_level(spdlog::level::info);
+    logger->set_level(spdlog::level::debug);
     spdlog::set_default_logger(logger);
   }
   ~LogCapture() { spdlog::set_default_logger(prev_); }
@@ -40,16 +40,25 @@ class LogCapture {
   size_t warnings(const std::string& part) const { return sink_->count(spdlog::level::warn, part); }
   // Waits until at least n warnings contain `part` (the server logs from its own thread).
   bool wait_for_warnings(const std::string& part, size_t n, Millis limit) const {
+    return wait_for(spdlog::level::warn, part, n, limit);
+  }
+  // The same for debug lines: what the server did (a waiter parked, a client left).
+  bool wait_for_debug(const std::string& part, size_t n, Millis limit) const {
+    return wait_for(spdlog::level::debug, part, n, limit);
+  }
+  std::string dump() const { return sink_->dump(); }
+
+ private:
+  bool wait_for(spdlog::level::level_enum level, const std::string& part, size_t n,
+                Millis limit) const {
     auto deadline = Deadline::after(limit);
-    while (warnings(part) < n) {
+    while (sink_->count(level, part) < n) {
       if (deadline.expired()) return false;
       std::this_thread::sleep_for(Millis(5));
     }
     return true;
   }
-  std::string dump() const { return sink_->dump(); }
 
- private:
   class Sink : public spdlog::sinks::base_sink<std::mutex> {
    public:
     size_t count(spdlog::level::level_enum lvl, const std::string& part) {

@@ -216,6 +216,16 @@ TEST(FlightRecord, EveryOperationAndTypeRoundTrips) {
   EXPECT_EQ(back.records.back().dtype, DType::Bool);
 }
 
+// Polls the watch as the coordinator does until it reports a stall (false after 10 s).
+bool wait_for_stall(HangWatch& watch) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (watch.stalled()) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return false;
+}
+
 TEST(HangWatch, ReportersAnswerAndAStallIsSeenOnce) {
   store::MemoryStore backing;
   comm::FlightRecorder r0(0), r1(1);
@@ -230,13 +240,7 @@ TEST(HangWatch, ReportersAnswerAndAStallIsSeenOnce) {
   store::PrefixStore coordinator("x", backing);
   HangWatch watch(coordinator, "d", 2, /*hang_timeout_s=*/0.5);
 
-  const auto deadline = std::chrono::steady_clock::now() + 10s;
-  bool stalled = false;
-  while (!stalled && std::chrono::steady_clock::now() < deadline) {
-    stalled = watch.stalled();
-    std::this_thread::sleep_for(50ms);
-  }
-  ASSERT_TRUE(stalled) << "no stall seen";
+  ASSERT_TRUE(wait_for_stall(watch)) << "no stall seen";
   EXPECT_FALSE(watch.stalled());  // once per stall
 
   auto infos = watch.collect(5s);
@@ -245,10 +249,10 @@ TEST(HangWatch, ReportersAnswerAndAStallIsSeenOnce) {
   EXPECT_EQ(infos[1].report->activity.phase, Phase::Data);
   EXPECT_EQ(infos[0].last_activity->value("phase", std::string()), "backward");
 
-  // Progress rearms the watch.
+  // Progress rearms the watch: once rank 1 has moved on, standing still again is a second stall
+  // (without the progress none would be reported).
   r1.set_activity(5, Phase::Forward);
-  std::this_thread::sleep_for(300ms);
-  EXPECT_FALSE(watch.stalled());
+  EXPECT_TRUE(wait_for_stall(watch)) << "progress did not rearm the watch";
   publish_final_report(coordinator, "d", r0, "allreduce #9 timed out", true);
   EXPECT_TRUE(watch.timeout_reported());
 }

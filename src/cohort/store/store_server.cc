@@ -163,6 +163,8 @@ void StoreServer::Impl::handle_request(uint64_t conn, const StoreRequest& q) {
           auto ms = Millis(std::min(q.timeout_ms, kMaxWaitMs));
           waiters_.emplace(conn, Waiter{q.op, q.keys, Deadline::after(ms)});
           for (const auto& k : q.keys) waiting_on_.emplace(k, conn);
+          spdlog::debug("store: connection {} waits for '{}'{}", conn, key,
+                        q.keys.size() > 1 ? " and more" : "");
           return;
         }
         if (q.op == StoreOp::kGet) r.value = *data_.try_get(key);

@@ -23,10 +23,11 @@
 // When the membership changes (a collective failed, the coordinator aborted the communicator, or a
 // joiner was admitted at a commit), the rank leaves the epoch, meets the others at the next one
 // (elastic::WorkerAgent), and there the ranks agree on the newest snapshot they all hold, restore
-// it (ranks without state - joiners - receive it from the lowest rank that has it), rebuild the
-// sampler for the new world size from the snapshot's (epoch, consumed) position, and go on. Samples
-// trained after the snapshot are rolled back with it, so each sample of an epoch is trained on
-// exactly once in the final model; the summary's epoch_samples counts them.
+// it (ranks without state - joiners - receive it, encoded as a checkpoint's bytes, from the lowest
+// rank that has it), rebuild the sampler for the new world size from the snapshot's (epoch,
+// consumed) position, and go on. Samples trained after the snapshot are rolled back with it, so
+// each sample of an epoch is trained on exactly once in the final model; the summary's
+// epoch_samples counts them.
 #pragma once
 
 #include <functional>
