@@ -21,7 +21,9 @@
 # Environment: BENCH_RATES ("100mbit"), BENCH_WORKERS ("2"), BENCH_CONFIGS (what runs in
 # each row, in this order: "pytorch:none cohort:topk cohort:powersgd cohort:int8 cohort:none
 # pytorch:fp16 cohort:fp16"; cohort:CODEC is any comm.compression), BENCH_TARGET (0.85),
-# BENCH_EVAL_EVERY (50), BENCH_CAP_S (600), BENCH_EPOCHS (epochs allowed, 3), BENCH_BUILD_DIR
+# BENCH_EVAL_EVERY (50), BENCH_CAP_S (600), BENCH_EPOCHS (epochs allowed, 3), BENCH_SEEDS (the
+# training seeds, "0": with several, every configuration runs once per seed, the seeds
+# interleaved, and each row shows the median over them with the range), BENCH_BUILD_DIR
 # (build/release), BENCH_OUTPUT (BENCHMARKS.md), BENCH_SKIP_BUILD=1, BENCH_BATCH (per-worker
 # batch size, 64) and BENCH_LR (0.05) for both systems, BENCH_KEEP=1 (keep the results of earlier
 # runs in the section; a configuration run again replaces its earlier result), BENCH_REPORT_ONLY=1
@@ -45,6 +47,7 @@ CONFIGS=${BENCH_CONFIGS:-pytorch:none cohort:topk cohort:powersgd cohort:int8 co
 TARGET=${BENCH_TARGET:-0.85}
 EVAL_EVERY=${BENCH_EVAL_EVERY:-50}
 CAP_S=${BENCH_CAP_S:-600}
+SEEDS=${BENCH_SEEDS:-0}
 EPOCHS=${BENCH_EPOCHS:-3}
 BATCH=${BENCH_BATCH:-64}
 LR=${BENCH_LR:-0.05}
@@ -65,16 +68,17 @@ if [[ ${BENCH_REPORT_ONLY:-0} == 1 ]]; then
   : # the results (and the last run's load log) as they are
 elif [[ ${BENCH_KEEP:-0} == 1 && -f $RESULTS ]]; then
   # Results of this run replace earlier ones of the same configuration, rate, workers and batch.
-  "$PY" - "$RESULTS" "$RATES" "$WORKERS" "$BATCH" "$LR" "$CONFIGS" <<'PY'
+  "$PY" - "$RESULTS" "$RATES" "$WORKERS" "$BATCH" "$LR" "$CONFIGS" "$SEEDS" <<'PY'
 import json, sys
 path, rates, workers = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
 batch, lr, configs = int(sys.argv[4]), float(sys.argv[5]), sys.argv[6].split()
+seeds = [int(x) for x in sys.argv[7].split()]
 rows = [json.loads(l) for l in open(path) if l.strip()]
 def config(r):
     return ("pytorch:" if r["system"] == "pytorch-ddp" else "cohort:") + r["compression"]
 keep = [r for r in rows if not (r["rate"] in rates and str(r["workers"]) in workers
                                 and r.get("batch", 64) == batch and r.get("lr", 0.05) == lr
-                                and config(r) in configs)]
+                                and config(r) in configs and r.get("seed", 0) in seeds)]
 open(path, "w").write("".join(json.dumps(r) + "\n" for r in keep))
 PY
 else
@@ -96,8 +100,8 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 started=$(date +%s)
 port=29600
 
-run_cohort() {  # RATE N CODEC
-  local rate=$1 n=$2 codec=$3 dir=$OUT/cohort-$1-$2-$BATCH-$3 coord r pids=()
+run_cohort() {  # RATE N CODEC SEED
+  local rate=$1 n=$2 codec=$3 seed=$4 dir=$OUT/cohort-$1-$2-$BATCH-$3-seed$4 coord r pids=()
   rm -rf "$dir"
   mkdir -p "$dir"
   coord=$("$NC" addr c)
@@ -111,7 +115,8 @@ run_cohort() {  # RATE N CODEC
     --set workers="$n" --set threads_per_worker=1 --set train.epochs="$EPOCHS" \
     --set train.eval_every_steps="$EVAL_EVERY" --set train.stop_at_accuracy="$TARGET" \
     --set comm.compression="$codec" --set checkpoint.every_steps=0 --set train.batch_size="$BATCH" \
-    --set train.optimizer.lr="$LR" --set debug.bandwidth_probe_mb=0 >"$dir/launcher.txt" 2>&1 &
+    --set train.optimizer.lr="$LR" --set train.seed="$seed" --set debug.bandwidth_probe_mb=0 \
+    >"$dir/launcher.txt" 2>&1 &
   pids+=($!)
   for ((r = 0; r < n; r++)); do
     "$NC" exec "$CLUSTER" "$r" timeout -s KILL "$CAP_S" "$COHORT" worker --join "$coord:$port" \
@@ -120,10 +125,10 @@ run_cohort() {  # RATE N CODEC
   done
   wait "${pids[@]}" || true
   "$PY" - "$dir" "$rate" "$n" "$codec" "$before" "$(tx_bytes "$n")" "$load" "$TARGET" "$BATCH" \
-    "$LR" "$quiet" >>"$RESULTS" <<'PY'
+    "$LR" "$quiet" "$seed" >>"$RESULTS" <<'PY'
 import json, os, sys
 import time
-d, rate, n, codec, before, after, load, target, batch, lr, quiet = sys.argv[1:12]
+d, rate, n, codec, before, after, load, target, batch, lr, quiet, seed = sys.argv[1:13]
 n, target = int(n), float(target)
 tx = [int(b) - int(a) for a, b in zip(before.split(), after.split())]
 metrics = []
@@ -148,14 +153,14 @@ print(json.dumps({
     "best_accuracy": max([m["test_accuracy"] for m in evals], default=None),
     "steps": steps, "link_bytes_per_step": sum(tx) / n / max(steps, 1),
     "own_bytes_per_step": own, "load": float(load), "busy": quiet == "busy",
-    "batch": int(batch), "lr": float(lr),
+    "batch": int(batch), "lr": float(lr), "seed": int(seed),
     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     "status": summary["status"] if summary else "stopped at the cap"}))
 PY
 }
 
-run_torch() {  # RATE N HOOK
-  local rate=$1 n=$2 hook=$3 dir=$OUT/pytorch-$1-$2-$BATCH-$3 r pids=() master
+run_torch() {  # RATE N HOOK SEED
+  local rate=$1 n=$2 hook=$3 seed=$4 dir=$OUT/pytorch-$1-$2-$BATCH-$3-seed$4 r pids=() master
   rm -rf "$dir"
   mkdir -p "$dir"
   master=$("$NC" addr 0)
@@ -171,17 +176,17 @@ run_torch() {  # RATE N HOOK
     "$NC" exec "$CLUSTER" "$r" env RANK="$r" WORLD_SIZE="$n" MASTER_ADDR="$master" \
       MASTER_PORT="$port" GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
       timeout -s KILL "$CAP_S" "$PY" "$ROOT/bench/pytorch_ddp.py" --model cnn --epochs "$EPOCHS" \
-      --batch-size "$BATCH" --lr "$LR" --momentum 0.9 --seed 0 --threads 1 \
+      --batch-size "$BATCH" --lr "$LR" --momentum 0.9 --seed "$seed" --threads 1 \
       --eval-every-steps "$EVAL_EVERY" --stop-at-accuracy "$TARGET" \
       "${extra[@]}" >"$dir/rank-$r.txt" 2>&1 &
     pids+=($!)
   done
   wait "${pids[@]}" || true
   "$PY" - "$dir" "$rate" "$n" "$hook" "$before" "$(tx_bytes "$n")" "$load" "$TARGET" "$BATCH" \
-    "$LR" "$quiet" >>"$RESULTS" <<'PY'
+    "$LR" "$quiet" "$seed" >>"$RESULTS" <<'PY'
 import json, sys
 import time
-d, rate, n, hook, before, after, load, target, batch, lr, quiet = sys.argv[1:12]
+d, rate, n, hook, before, after, load, target, batch, lr, quiet, seed = sys.argv[1:13]
 n, target = int(n), float(target)
 tx = [int(b) - int(a) for a, b in zip(before.split(), after.split())]
 lines = []
@@ -202,7 +207,7 @@ print(json.dumps({
     "best_accuracy": max([m["test_accuracy"] for m in evals], default=None),
     "steps": steps, "link_bytes_per_step": sum(tx) / n / max(steps, 1),
     "own_bytes_per_step": None, "load": float(load), "busy": quiet == "busy",
-    "batch": int(batch), "lr": float(lr),
+    "batch": int(batch), "lr": float(lr), "seed": int(seed),
     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     "status": "completed" if final else "stopped at the cap"}))
 PY
@@ -215,7 +220,7 @@ report() {
   load_after=$(cut -d' ' -f1-3 /proc/loadavg)
   PYTHONPATH=$ROOT/scripts/lib "$PY" - "$RESULTS" "$OUTPUT" "$elapsed" "$load_before" "$load_after" \
   "$CAP_S" "$EVAL_EVERY" "$TARGET" "$QUIET_LOG" <<'PY'
-import json, os, subprocess, sys, time
+import json, os, statistics, subprocess, sys, time
 from quiet_report import load_note
 results, output, elapsed, load_before, load_after, cap, every, target, quiet_log = sys.argv[1:10]
 BEGIN, END = "<!-- compression:begin -->", "<!-- compression:end -->"
@@ -234,6 +239,9 @@ lines = [BEGIN, "## Gradient compression on a bandwidth-limited network: Cohort 
          "size of each table's title (the same for both systems), one thread per worker; PyTorch DDP is torch.distributed with Gloo (Debian's python3-torch 1.13, "
          "`bench/pytorch_ddp.py`), its fp16 row uses `fp16_compress_hook`. Both evaluate on the "
          "whole test set every %s steps and stop at the first evaluation with test accuracy ≥ %s. "
+         "*seeds* = the training seeds it ran with (initial weights and shuffle; the same for "
+         "both systems): with several, the row gives the median over them, the times' range and "
+         "each seed's step in brackets, and the targets are judged on the medians. "
          "*time to %s* = training time until that evaluation, evaluations excluded (*s/step* = that "
          "time / the steps up to it); a configuration "
          "still short of it after %s s of wall time is stopped (*not within the cap*; the time "
@@ -248,13 +256,41 @@ for r in rows:
     r.setdefault("batch", 64)
     r.setdefault("lr", 0.05)
     r.setdefault("busy", False)  # rows from before the wait
+    r.setdefault("seed", 0)
+
+def config(r):
+    return (r["system"], r["compression"])
+
+def aggregate(runs):
+    """One row for a configuration's runs (one per seed): medians, and the range of the times."""
+    runs = sorted(runs, key=lambda r: r["seed"])
+    a = dict(runs[-1])
+    a["runs"] = len(runs)
+    a["seeds"] = [r["seed"] for r in runs]
+    a["reached"] = all(r["reached"] for r in runs)
+    a["missed"] = sum(not r["reached"] for r in runs)
+    median = lambda xs: statistics.median(xs) if xs else None
+    secs = [r["seconds"] for r in runs if r["seconds"] is not None]
+    a["seconds"] = median(secs)
+    a["seconds_range"] = (min(secs), max(secs)) if len(secs) > 1 else None
+    a["step"] = median([r["step"] for r in runs])
+    a["steps_all"] = [r["step"] for r in runs]
+    a["per_step"] = median([r["seconds"] / r["step"] for r in runs if r["seconds"] and r["step"]])
+    a["best_accuracy"] = median([r["best_accuracy"] for r in runs if r["best_accuracy"] is not None])
+    a["link_bytes_per_step"] = median([r["link_bytes_per_step"] for r in runs])
+    a["own_bytes_per_step"] = median([r["own_bytes_per_step"] for r in runs
+                                      if r["own_bytes_per_step"]])
+    a["load"] = max(r["load"] for r in runs)
+    a["busy"] = any(r["busy"] for r in runs)
+    return a
 for (rate, n, batch, lr) in sorted({(r["rate"], r["workers"], r["batch"], r["lr"]) for r in rows},
                                    key=lambda k: (k[0].endswith("gbit"),
                                                   int("".join(c for c in k[0] if c.isdigit())),
                                                   k[1], -k[2], k[3])):
     order = ["none", "fp16", "bf16", "int8", "topk", "powersgd"]
-    sel = sorted([r for r in rows if r["rate"] == rate and r["workers"] == n
-                  and r["batch"] == batch and r["lr"] == lr],
+    runs = [r for r in rows if r["rate"] == rate and r["workers"] == n
+            and r["batch"] == batch and r["lr"] == lr]
+    sel = sorted([aggregate([r for r in runs if config(r) == c]) for c in {config(r) for r in runs}],
                  key=lambda r: (r["system"] == "cohort", order.index(r["compression"])))
     base = next((r for r in sel if r["system"] == "pytorch-ddp" and r["compression"] == "none"), None)
     dates = sorted(r["date"] for r in sel if "date" in r)
@@ -263,14 +299,17 @@ for (rate, n, batch, lr) in sorted({(r["rate"], r["workers"], r["batch"], r["lr"
         lines += ["Measured %s." % (dates[0] if dates[0] == dates[-1] else
                                     "%s to %s" % (dates[0], dates[-1])), ""]
     lines += [
-              "| system | compression | time to %s (s) | at step | s/step | best accuracy | "
+              "| system | compression | seeds | time to %s (s) | at step | s/step | best accuracy | "
               "link bytes/step | Cohort's count | load | PyTorch DDP's time / this | "
               "PyTorch DDP's bytes / this |" % target,
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in sel:
         t = "%.1f" % r["seconds"] if r["seconds"] is not None else "-"
+        if r["seconds_range"]:
+            t += " [%.1f–%.1f]" % r["seconds_range"]
         if not r["reached"]:
-            t = "not within the cap (%s)" % t
+            t = "not within the cap%s (%s)" % (
+                "" if r["runs"] == 1 else " in %d of %d runs" % (r["missed"], r["runs"]), t)
         tr = br = ""
         if base and r is not base:
             if r["reached"] and base["reached"]:
@@ -280,10 +319,13 @@ for (rate, n, batch, lr) in sorted({(r["rate"], r["workers"], r["batch"], r["lr"
             br = "%.2f×" % (base["link_bytes_per_step"] / r["link_bytes_per_step"])
             if base["busy"] or r["busy"]:
                 tr, br = ("%s (busy)" % x if x else x for x in (tr, br))
-        per_step = "%.3f" % (r["seconds"] / r["step"]) if r["seconds"] and r["step"] else "-"
-        lines.append("| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |" % (
-            "Cohort" if r["system"] == "cohort" else "PyTorch DDP", r["compression"], t, r["step"],
-            per_step,
+        per_step = "%.3f" % r["per_step"] if r["per_step"] else "-"
+        at_step = "%g" % r["step"]
+        if r["runs"] > 1:
+            at_step += " [%s]" % ", ".join(str(x) for x in r["steps_all"])
+        lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            "Cohort" if r["system"] == "cohort" else "PyTorch DDP", r["compression"],
+            ", ".join(str(x) for x in r["seeds"]), t, at_step, per_step,
             "%.4f" % r["best_accuracy"] if r["best_accuracy"] is not None else "-",
             "{:,.0f}".format(r["link_bytes_per_step"]),
             "{:,.0f}".format(r["own_bytes_per_step"]) if r["own_bytes_per_step"] else "",
@@ -343,15 +385,17 @@ for rate in $RATES; do
   for n in $WORKERS; do
     env=$("$NC" up "$n" --rate "$rate" --owner $$)
     CLUSTER=$(sed -n 's/^NETCLUSTER_ID=//p' <<<"$env")
-    for config in $CONFIGS; do
-      echo "bench-compression: $rate, $n workers: $config"
-      case $config in
-        pytorch:*) run_torch "$rate" "$n" "${config#pytorch:}" ;;
-        cohort:*) run_cohort "$rate" "$n" "${config#cohort:}" ;;
-        *) echo "bench-compression: unknown configuration $config" >&2; exit 2 ;;
-      esac
-      tail -1 "$RESULTS"
-      report >/dev/null
+    for seed in $SEEDS; do
+      for config in $CONFIGS; do
+        echo "bench-compression: $rate, $n workers, seed $seed: $config"
+        case $config in
+          pytorch:*) run_torch "$rate" "$n" "${config#pytorch:}" "$seed" ;;
+          cohort:*) run_cohort "$rate" "$n" "${config#cohort:}" "$seed" ;;
+          *) echo "bench-compression: unknown configuration $config" >&2; exit 2 ;;
+        esac
+        tail -1 "$RESULTS"
+        report >/dev/null
+      done
     done
     "$NC" down "$CLUSTER"
     CLUSTER=
