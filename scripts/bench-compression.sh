@@ -293,7 +293,7 @@ for (rate, n, batch, lr) in sorted({(r["rate"], r["workers"], r["batch"], r["lr"
     sel = sorted([aggregate([r for r in runs if config(r) == c]) for c in {config(r) for r in runs}],
                  key=lambda r: (r["system"] == "cohort", order.index(r["compression"])))
     base = next((r for r in sel if r["system"] == "pytorch-ddp" and r["compression"] == "none"), None)
-    dates = sorted(r["date"] for r in sel if "date" in r)
+    dates = sorted(r["date"] for r in runs if "date" in r)
     lines += ["### %s per link, %d workers, batch %d per worker, lr %g" % (rate, n, batch, lr), ""]
     if dates:
         lines += ["Measured %s." % (dates[0] if dates[0] == dates[-1] else
