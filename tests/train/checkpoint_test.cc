@@ -10,6 +10,7 @@
 #include "cohort/base/checksum.h"
 #include "cohort/base/file.h"
 #include "cohort/train/models.h"
+#include "model_state.h"
 
 namespace cohort::train {
 namespace {
@@ -17,27 +18,8 @@ namespace {
 namespace fs = std::filesystem;
 const InputSpec kMnist{.shape = {1, 28, 28}, .classes = 10};
 
-void train_steps(Model& m, torch::optim::Optimizer& opt, int steps, uint64_t data_seed) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(data_seed);
-  m.train();
-  for (int s = 0; s < steps; ++s) {
-    torch::Tensor x = torch::rand({8, 1, 28, 28}, gen);
-    torch::Tensor y = torch::randint(0, 10, {8}, gen, torch::kInt64);
-    opt.zero_grad();
-    torch::nn::functional::cross_entropy(m.forward(x), y).backward();
-    opt.step();
-  }
-}
-
-// Parameters and buffers, bitwise.
-void expect_same_state(torch::nn::Module& a, torch::nn::Module& b) {
-  auto pa = a.named_parameters(), pb = b.named_parameters();
-  ASSERT_EQ(pa.size(), pb.size());
-  for (const auto& p : pa) EXPECT_TRUE(torch::equal(p.value(), pb[p.key()])) << p.key();
-  auto ba = a.named_buffers(), bb = b.named_buffers();
-  ASSERT_EQ(ba.size(), bb.size());
-  for (const auto& x : ba) EXPECT_TRUE(torch::equal(x.value(), bb[x.key()])) << x.key();
-}
+using testing::expect_same_state;
+using testing::train_steps;
 
 class Checkpoints : public ::testing::Test {
  protected:
