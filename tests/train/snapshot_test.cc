@@ -124,6 +124,10 @@ TEST(Snapshots, KeepTheNewestTwoAndASecondOfTheSameStepReplacesTheFirst) {
   s.take(std::move(again));
   EXPECT_EQ(s.newest().sync_state, "second");
   ASSERT_NE(s.find(20), nullptr);  // still kept
+  s.keep_only(20);
+  EXPECT_EQ(s.find(40), nullptr);
+  ASSERT_NE(s.find(20), nullptr);
+  EXPECT_EQ(s.newest().state.step, 20);
   s.reset(snapshot_of(s, 7));
   EXPECT_EQ(s.find(20), nullptr);
   EXPECT_EQ(s.newest().state.step, 7);

@@ -159,6 +159,10 @@ void Snapshots::reset(Snapshot snap) {
   list_.push_back(std::move(snap));
 }
 
+void Snapshots::keep_only(int64_t step) {
+  std::erase_if(list_, [&](const Snapshot& s) { return s.state.step != step; });
+}
+
 const Snapshot* Snapshots::find(int64_t step) const {
   auto it = std::find_if(list_.begin(), list_.end(),
                          [&](const Snapshot& s) { return s.copy && s.state.step == step; });

@@ -62,6 +62,8 @@ class Snapshots {
   void take(Snapshot snap);
   // Only `snap` is kept (after a restore).
   void reset(Snapshot snap);
+  // Only the snapshot of `step` is kept (after restoring it); the others are dropped.
+  void keep_only(int64_t step);
   const Snapshot* find(int64_t step) const;
   bool empty() const { return list_.empty(); }
   const Snapshot& newest() const { return list_.back(); }

@@ -195,13 +195,17 @@ void Trainer::restore(Epoch& e) {
   }
   e.rolled_back = std::max<int64_t>(0, -v[1] - e.restored_step);
   e.mode.load_state(sync_state);
-  // The snapshot restored is the only one kept (a rank that received it takes its own copy).
-  std::shared_ptr<StateCopy> copy = snapshots_.recycle(state_.step);
-  copy->capture(*model_, optimizer_.get());
-  snapshots_.reset({.state = state_,
-                    .meta = position(e.world),
-                    .sync_state = std::move(sync_state),
-                    .copy = std::move(copy)});
+  // The snapshot restored is the only one kept; a rank that received it takes its own copy.
+  if (have_state_) {
+    snapshots_.keep_only(e.restored_step);
+  } else {
+    std::shared_ptr<StateCopy> copy = snapshots_.recycle(state_.step);
+    copy->capture(*model_, optimizer_.get());
+    snapshots_.reset({.state = state_,
+                      .meta = position(e.world),
+                      .sync_state = std::move(sync_state),
+                      .copy = std::move(copy)});
+  }
   have_state_ = true;
   ++restores_;
   e.report_recovery = e.rank == 0;
