@@ -202,6 +202,30 @@ TEST(RunJob, ACompressedJobResumesBitwiseExactly) {
 // comm.buffers (default broadcast) every step leaves both replicas with the same ones, which the
 // parameter check at every step (debug.check_params_every, buffers included) and the ranks'
 // buffer digests at the end show; with comm.buffers: none they stay each worker's own.
+// With drop_last, a wider world can find less than one global batch left of the epoch it resumes
+// in: that epoch ends there (its tail is not trained on), and the next one starts.
+TEST(RunJob, AResumeWithMoreWorkersEndsAnEpochWhoseRestIsShortOfAGlobalBatch) {
+  auto dir = fresh_dir("wider-resume");
+  // One worker, global batch 1,000: 59 steps leave 1,000 of the 60,000 samples of epoch 0.
+  auto a = sh(cohort() + " run " + example("fashion-mlp.yaml") + " --run-dir " + dir.string() +
+                  " --set workers=1 --set train.batch_size=1000 --set train.drop_last=true"
+                  " --set train.max_steps=59 --set checkpoint.every_steps=59",
+              120);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  // Two workers, global batch 2,000: nothing of epoch 0 is left for them; epoch 1 is 30 steps.
+  auto b =
+      sh(cohort() + " run --resume " + dir.string() + " --set workers=2 --set train.max_steps=1000",
+         120);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const json s = read_json(dir / "summary.json");
+  EXPECT_EQ(s["steps"], 89) << s.dump(2);
+  const json counts = s["per_rank"][0]["epoch_samples"];
+  ASSERT_EQ(counts.size(), 2u) << counts.dump();
+  EXPECT_EQ(counts[0]["samples"], 59000) << counts.dump();
+  EXPECT_EQ(counts[1]["samples"], 60000) << counts.dump();
+  fs::remove_all(dir);
+}
+
 TEST(RunJob, ResNetReplicasKeepTheSameBatchNormStatistics) {
   auto synced = fresh_dir("bn-synced"), local = fresh_dir("bn-local");
   auto job = synced.parent_path() / "bn-resnet.yaml";

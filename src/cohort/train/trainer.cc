@@ -62,8 +62,7 @@ void Trainer::take_snapshot(int world) {
 json Trainer::run() {
   // The workers of the start hold the seed's initial state; a replacement receives it.
   membership_ = ctx_.agent.join();
-  fresh_start_ = membership_.epoch == 0;
-  if (fresh_start_ && ctx_.resume_from.empty()) {
+  if (membership_.epoch == 0 && ctx_.resume_from.empty()) {
     // Every worker of the start built the same model from the seed: a failure before the first
     // commit restores this.
     take_snapshot(static_cast<int>(membership_.members.size()));
@@ -114,7 +113,7 @@ json Trainer::run_epoch() {
   log::set_context(job_rank_, membership_.epoch, state_.step);
   // Clock offsets are measured by the workers of the start together; a replacement that joins
   // later keeps its own clock.
-  if (fresh_start_ && membership_.epoch == 0) clock_offset_us_ = trace::measure_clock_offset(comm);
+  if (membership_.epoch == 0) clock_offset_us_ = trace::measure_clock_offset(comm);
   start_tracing();
   ddp::DistributedDataParallel ddp(
       model_, comm,
@@ -147,7 +146,10 @@ json Trainer::run_epoch() {
           .mode = *mode,
           .bytes_before = comm_bytes_,
           .bytes_at_connect = comm.stats().bytes_sent};
-  const bool fresh = fresh_start_;
+  // The members of the first membership epoch start from the seed's model (or the checkpoint
+  // they resume); every later epoch restores. Decided alike on every rank from the epoch alone:
+  // a rank that got further through a start that failed holds no other state than the rest.
+  const bool fresh = membership_.epoch == 0;
   if (fresh) {
     start_fresh(e);
   } else if (!servers_) {
@@ -169,7 +171,14 @@ json Trainer::run_epoch() {
       auto t0 = Clock::now();
       if (!t_train_) t_train_ = t0;
       auto batch = e.sampler->next();
-      if (!batch) break;
+      if (!batch) {
+        // Nothing left of this epoch at this world size: with drop_last, what a larger world
+        // (a joiner, a resume with more workers) leaves is less than one global batch. The
+        // epoch ends here, on every rank alike (the position is the same everywhere).
+        state_.epoch += 1;
+        state_.consumed = 0;
+        break;
+      }
       train_step(e, *batch, t0);
       epoch_end = e.sampler->steps_remaining() == 0;
       state_.epoch = epoch_end ? state_.epoch + 1 : state_.epoch;

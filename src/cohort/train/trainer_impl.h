@@ -162,7 +162,7 @@ class Trainer {
   double snapshot_s_ = 0;     // time spent taking in-memory snapshots
   SyncMode* mode_ = nullptr;  // the current epoch's (sync_mode.h); null between epochs
   elastic::Membership membership_;
-  bool fresh_start_ = false, have_state_ = false;
+  bool have_state_ = false;
   int64_t resumed_from_ = 0;
   int restores_ = 0;
 

@@ -84,7 +84,6 @@ compress::CompressionOptions compression_options(const JobConfig& cfg) {
 }
 
 void Trainer::start_fresh(Epoch& e) {
-  fresh_start_ = false;
   e.ddp.broadcast_parameters(0);
   const trace::RankHeader header =
       probe_transport(e.comm, cfg_.debug.bandwidth_probe_mb,
@@ -159,9 +158,26 @@ void Trainer::restore(Epoch& e) {
   int64_t v[4] = {have_state_ ? snapshots_.newest().state.step : kNone, -state_.step,
                   have_state_ ? 0 : -1, have_state_ ? e.rank : kNone};
   e.comm.allreduce(Buffer{DType::I64, v, 4}, {.op = comm::ReduceOp::Min})->wait();
+  // An evaluation that met train.stop_at_accuracy after the restored step is undone with it; the
+  // same on every rank, since every rank restores the same step.
+  reached_ = false;
   if (v[0] == kNone) {
-    throw Error("membership epoch " + std::to_string(membership_.epoch) +
-                ": no member holds the training state (every worker that had it was lost)");
+    if (ctx_.resume_from.empty()) {
+      throw Error("membership epoch " + std::to_string(membership_.epoch) +
+                  ": no member holds the training state (every worker that had it was lost)");
+    }
+    // A resumed job whose start failed before any rank held the checkpoint's state (or whose
+    // every holder was lost): the checkpoint directory still holds it.
+    spdlog::warn("membership epoch {}: no member holds the training state; resuming from {} again",
+                 membership_.epoch, ctx_.resume_from);
+    resume_from_checkpoint(e);
+    take_snapshot(e.world);
+    have_state_ = true;
+    e.restored_step = state_.step;
+    e.rolled_back = std::max<int64_t>(0, -v[1] - e.restored_step);
+    ++restores_;
+    e.report_recovery = e.rank == 0;
+    return;
   }
   e.restored_step = v[0];
   const int root = static_cast<int>(v[3]);
