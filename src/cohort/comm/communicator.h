@@ -10,6 +10,7 @@
 // elastic layer does this for a new membership epoch).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -153,6 +154,10 @@ struct CommConfig {
   // connect a pair when an operation first needs it (mesh.h), so that a rank holds connections
   // only to the peers its algorithms talk to: a few dozen in a world of 1,024 rather than 1,023.
   int connect_all_up_to = 64;
+  // Set by another thread while this communicator is being set up: setup gives up within a
+  // fraction of a second (AbortedError) instead of waiting out `timeout` for ranks that will not
+  // come (a worker whose membership epoch was superseded while it connected). Only setup reads it.
+  std::shared_ptr<const std::atomic<bool>> setup_cancelled;
 };
 
 // Totals since the communicator was created (all ranks' own view).

@@ -109,7 +109,7 @@ class Setup {
                                         const std::string&) { return keep(info, session, sock); };
     while (waiting_ > 0) {
       if (deadline_.expired()) fail("no connection from them before the deadline");
-      door.poll_once(deadline_, -1, on_peer);
+      door.poll_once(setup_slice(o_, deadline_), -1, on_peer);
       if (!mismatch_.empty()) throw ConfigError("communicator setup: " + mismatch_);
     }
     door.drop_all("setup finished before its handshake");

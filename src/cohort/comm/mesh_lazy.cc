@@ -111,7 +111,7 @@ void Mesh::Lazy::rendezvous(Deadline deadline) {
     std::vector<std::string> keys;
     for (int r = 0; r < o_.size; ++r) keys.push_back(key("joined/" + std::to_string(r)));
     try {
-      store_.wait(keys, deadline.remaining());
+      wait_for_keys(store_, o_, keys, deadline);
     } catch (const TimeoutError& e) {
       never_joined(e.what());
     }
@@ -146,7 +146,7 @@ void Mesh::Lazy::rendezvous(Deadline deadline) {
                                              count("per_cpu", mesh_.ranks_per_cpu_)));
   } else {
     try {
-      store_.wait({key("world")}, deadline.remaining());
+      wait_for_keys(store_, o_, {key("world")}, deadline);
     } catch (const TimeoutError& e) {
       never_joined(e.what());
     }
@@ -270,9 +270,22 @@ transport::Pair& Mesh::Lazy::connect(int r, Deadline deadline) {
   }
   try {
     PeerLink link = dial_peer(store_, o_, me_, r, deadline);
-    const std::string verdict = recv_setup_message(link, r, deadline);
+    std::string verdict;
+    std::unique_ptr<transport::Pair> pair;
+    try {
+      verdict = recv_setup_message(link, r, deadline);
+      if (verdict == "ok") pair = make_pair(o_, r, link, local_pairs_, deadline);
+    } catch (const StallError&) {
+      throw;
+    } catch (const TimeoutError& e) {
+      // Named as every other wait on a peer is: the rank that did not answer.
+      throw StallError(r, "setting up the pair to rank " + std::to_string(r) + ": " + e.what());
+    } catch (const PeerLostError& e) {
+      if (e.rank() >= 0) throw;
+      throw PeerLostError(r, "rank " + std::to_string(o_.rank) + " lost its connection to rank " +
+                                 std::to_string(r) + " while setting up their pair: " + e.what());
+    }
     if (verdict == "ok") {
-      auto pair = make_pair(o_, r, link, local_pairs_, deadline);
       mesh_.publish(r, std::move(pair), data_seal(o_, link));
       std::lock_guard lk(mu_);
       state_[i] = State::Ready;

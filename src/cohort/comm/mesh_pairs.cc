@@ -198,6 +198,28 @@ void publish_address(store::Store& store, const CommConfig& o, uint16_t port) {
             store::to_bytes(net::Endpoint{host, port}.str()));
 }
 
+Deadline setup_slice(const CommConfig& o, Deadline deadline) {
+  if (!o.setup_cancelled) return deadline;
+  if (o.setup_cancelled->load()) {
+    throw AbortedError("communicator setup: rank " + std::to_string(o.rank) + " of " +
+                       std::to_string(o.size) + " was told to give up");
+  }
+  return deadline.earlier(Deadline::after(Millis(250)));
+}
+
+void wait_for_keys(store::Store& store, const CommConfig& o, const std::vector<std::string>& keys,
+                   Deadline deadline) {
+  for (;;) {
+    const Deadline slice = setup_slice(o, deadline);
+    try {
+      store.wait(keys, slice.remaining());
+      return;
+    } catch (const TimeoutError&) {
+      if (deadline.expired() || !o.setup_cancelled) throw;
+    }
+  }
+}
+
 PeerLink dial_peer(store::Store& store, const CommConfig& o, const std::string& me, int j,
                    Deadline deadline) {
   const std::string key = o.store_prefix + "/addr/" + std::to_string(j);
@@ -206,7 +228,7 @@ PeerLink dial_peer(store::Store& store, const CommConfig& o, const std::string& 
   net::SessionKey session{};
   for (Millis backoff{10};; backoff = std::min(backoff * 2, Millis(500))) {
     try {
-      store.wait({key}, deadline.remaining());
+      wait_for_keys(store, o, {key}, deadline);
       auto ep = net::Endpoint::parse(store::to_string(store.get(key)));
       s = net::Socket::connect(ep, deadline);
       info = net::handshake_as_client(s, o.token, me, deadline, &session);

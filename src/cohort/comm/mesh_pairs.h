@@ -49,6 +49,13 @@ std::string join_ranks(const std::vector<int>& ranks);
 
 // Rendezvous: "<prefix>/addr/<rank>" = "host:port" of this rank's listener.
 void publish_address(store::Store& store, const CommConfig& o, uint16_t port);
+
+// Setup's waits, in slices (250 ms) that notice CommConfig::setup_cancelled: throws AbortedError
+// once it is set, else returns the earlier of `deadline` and the next look at it.
+Deadline setup_slice(const CommConfig& o, Deadline deadline);
+// Waits for `keys` in the store until `deadline` (TimeoutError), in such slices.
+void wait_for_keys(store::Store& store, const CommConfig& o, const std::vector<std::string>& keys,
+                   Deadline deadline);
 struct PeerLink {
   net::Socket sock;  // connected and authenticated
   std::string host;  // the peer's host identity

@@ -201,6 +201,12 @@ void WorkerAgent::beat(store::Store& store, Clock::time_point& next_beat) {
       if (comm_ && connected_epoch_.load() == epoch) {
         comm_->abort("membership epoch " + std::to_string(epoch + 1) +
                      " was requested (a worker was lost)");
+      } else if (setup_cancel_ && !setup_cancel_->exchange(true)) {
+        // Still setting up the communicator of `epoch`: its lost member would never connect.
+        spdlog::warn(
+            "membership epoch {} was requested (a worker was lost) while the "
+            "communicator of epoch {} was being set up: giving it up",
+            epoch + 1, epoch);
       }
     }
     std::unique_lock lk(stop_mu_);
@@ -274,10 +280,17 @@ Membership WorkerAgent::join() {
   post(keys::waiting(options_.rank), to_bytes(json{{"time", wall_seconds()}}.dump()));
   spdlog::info("waiting to be admitted (membership epoch {} has {} workers)", current,
                m.members.size());
-  const auto deadline = Clock::now() + options_.join_timeout;
-  for (int e = current + 1;; ++e) {
-    m = wait_membership(e, deadline);
+  // The members admit a joiner at their next commit, however long their steps take: it waits as
+  // long as the job goes on (the job's end, its abandonment or a lost coordinator end the wait).
+  for (int e = current + 1;;) {
+    try {
+      m = wait_membership(e, Clock::now() + options_.join_timeout);
+    } catch (const TimeoutError&) {
+      spdlog::info("still waiting to be admitted: the workers admit one at their next commit");
+      continue;
+    }
     if (m.rank_of(options_.rank) >= 0) return m;
+    ++e;
   }
 }
 
@@ -303,10 +316,25 @@ comm::Communicator& WorkerAgent::connect(const Membership& m, std::chrono::milli
   cfg.store_prefix = keys::comm_prefix(m.epoch);
   if (cfg.rank < 0)
     throw Error("connect: rank is not a member of epoch " + std::to_string(m.epoch));
-  auto comm = comm::Communicator::create(store_, cfg);
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  cfg.setup_cancelled = cancel;
+  {
+    // From here the heartbeat watches for what supersedes this epoch, setup included.
+    std::lock_guard lk(comm_mu_);
+    setup_cancel_ = cancel;
+    connected_epoch_ = m.epoch;
+  }
+  std::shared_ptr<comm::Communicator> comm;
+  try {
+    comm = comm::Communicator::create(store_, cfg);
+  } catch (...) {
+    std::lock_guard lk(comm_mu_);
+    setup_cancel_.reset();
+    throw;
+  }
   std::lock_guard lk(comm_mu_);
+  setup_cancel_.reset();
   comm_ = std::move(comm);
-  connected_epoch_ = m.epoch;
   return *comm_;
 }
 

@@ -84,7 +84,8 @@ class WorkerAgent {
 
   // The first membership this worker belongs to: the current one if it lists this rank (the
   // workers of the start), otherwise this worker announces itself as a joiner (job/waiting) and
-  // waits to be admitted. Throws Error if the job was abandoned or join_timeout passed.
+  // waits to be admitted, as long as the job goes on (the members admit it at their next commit).
+  // Throws Error if the job was abandoned, ExcludedError once it ended or this worker is cut off.
   Membership join();
   // After the current epoch failed (or a change was agreed): tells the coordinator this worker is
   // ready for the next epoch (`info` goes into job/ready) and waits for that epoch's membership.
@@ -139,8 +140,10 @@ class WorkerAgent {
   std::atomic<Clock::rep> coordinator_seen_{Clock::now().time_since_epoch().count()};
   std::string cut_off_reason_;  // written once before cut_off_ is set
 
-  std::mutex comm_mu_;  // guards comm_ against the heartbeat thread's abort
+  std::mutex comm_mu_;  // guards comm_ and setup_cancel_ against the heartbeat thread's abort
   std::shared_ptr<comm::Communicator> comm_;
+  // While connect() sets a communicator up: set to make the setup give up (CommConfig).
+  std::shared_ptr<std::atomic<bool>> setup_cancel_;
 
   // The heartbeat thread's: since when the job has had no coordinator, and the standby started.
   std::optional<Clock::time_point> leaderless_since_;
