@@ -1,7 +1,9 @@
 // Which transport a communicator gives each pair of ranks, and what it does where shared memory
 // cannot be had.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +14,7 @@
 #include <string>
 
 #include "cohort/comm/mesh_pairs.h"
+#include "cohort/comm/transport/shm_pair.h"
 #include "data.h"
 #include "world.h"
 
@@ -57,6 +60,39 @@ TEST(SharedMemory, NothingOfTheWorldStaysInDevShm) {
     EXPECT_EQ(y[999], 3.0f);
   });
   EXPECT_EQ(mine(), 0);
+}
+
+// A rank killed between creating a segment and its peer opening it leaves the name; its launcher
+// removes what its children left (and nothing of another launcher's) once they are gone.
+TEST(SharedMemory, ALauncherRemovesTheSegmentsItsKilledRanksLeft) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Dies with the segment made and no destructor run, as under SIGKILL.
+    auto segment = transport::ShmSegment::create(4096, "orphan");
+    ::_exit(segment.name().empty() ? 1 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const std::string left = "cohort-" + std::to_string(::getpid()) + "." + std::to_string(child);
+  // Another launcher's, whose pid begins with this one's digits.
+  const std::string other = "/cohort-" + std::to_string(::getpid()) + "0.1-other";
+  const int fd = ::shm_open(other.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  auto count = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+      n += e.path().filename().string().rfind(left, 0) == 0;
+    }
+    return n;
+  };
+  EXPECT_EQ(count(), 1);
+  EXPECT_EQ(transport::ShmSegment::remove_orphans_of(::getpid()), 1);
+  EXPECT_EQ(count(), 0);
+  EXPECT_TRUE(std::filesystem::exists("/dev/shm" + other));
+  ::shm_unlink(other.c_str());
 }
 
 // Reductions that read what arrives straight out of the ring (CommConfig::shm_fold_bytes) get

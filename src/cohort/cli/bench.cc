@@ -36,6 +36,7 @@
 #include "cohort/cli/args.h"
 #include "cohort/cli/bench_worker.h"
 #include "cohort/cli/commands.h"
+#include "cohort/comm/transport/shm_pair.h"
 #include "cohort/store/tcp_store.h"
 
 extern char** environ;
@@ -232,6 +233,8 @@ class RankProcesses {
   ~RankProcesses() {
     kill_all();
     reap_all();
+    // A rank killed between creating a shared-memory segment and its peer opening it.
+    comm::transport::ShmSegment::remove_orphans_of(::getpid());
   }
 
   // fork + exec of `exe`. Everything the child needs is prepared before fork(): the

@@ -29,6 +29,7 @@
 #include "cohort/cli/readopt.h"
 #include "cohort/cli/run_report.h"
 #include "cohort/cli/stop_signals.h"
+#include "cohort/comm/transport/shm_pair.h"
 #include "cohort/elastic/coordinator.h"
 #include "cohort/elastic/job_protocol.h"
 #include "cohort/elastic/process.h"
@@ -651,6 +652,7 @@ int JobLaunch::finish() {
     exits[std::to_string(r)] = w.terminate(std::chrono::seconds(5)).describe();
   }
   if (servers_) servers_->stop();
+  comm::transport::ShmSegment::remove_orphans_of(::getpid());  // of workers killed in setup
   const double wall = std::chrono::duration<double>(Clock::now() - start_).count();
   const json summary = summarize(wall, std::move(exits));
   write_file_atomically(run_dir_ / "summary.json", summary.dump(2) + "\n");

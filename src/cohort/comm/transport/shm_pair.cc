@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <random>
@@ -170,6 +171,18 @@ void copy_out(const uint8_t* ring, size_t cap, uint64_t pos, uint8_t* dst, size_
 
 }  // namespace
 
+int ShmSegment::remove_orphans_of(pid_t parent) {
+  const std::string prefix = "cohort-" + std::to_string(parent) + ".";
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    if (::shm_unlink(("/" + name).c_str()) == 0) ++removed;
+  }
+  return removed;
+}
+
 ShmSegment ShmSegment::create(size_t ring_bytes, const std::string& label) {
   if (!valid_ring_bytes(ring_bytes)) {
     throw ConfigError("shared memory: ring size " + std::to_string(ring_bytes) +
@@ -294,6 +307,8 @@ ShmPair::ShmPair(int peer, net::Socket doorbell, ShmSegment segment, bool creato
   in_ = ring_at(segment_.base(), 1 - mine);
   out_data_ = data_at(segment_.base(), cap_, mine);
   in_data_ = data_at(segment_.base(), cap_, 1 - mine);
+  head_ = out_->head.load(std::memory_order_relaxed);
+  tail_ = in_->tail.load(std::memory_order_relaxed);
   // Before any description: the peer reads these only after a direct_posted that follows them.
   std::random_device rd;
   direct_cookie_ = (uint64_t{rd()} << 32) | rd() | 1;
@@ -325,7 +340,7 @@ void ShmPair::closed() const {
 size_t ShmPair::readable() {
   // The head last seen first: while it shows bytes not read yet, the line the writer stores its
   // head to is not fetched again (each fetch is a transfer between cores).
-  const uint64_t tail = in_->tail.load(std::memory_order_relaxed);
+  const uint64_t tail = tail_;
   if (head_seen_ != tail) return static_cast<size_t>(head_seen_ - tail);
   head_seen_ = in_->head.load(std::memory_order_seq_cst);
   const uint64_t used = head_seen_ - tail;
@@ -339,7 +354,7 @@ size_t ShmPair::readable() {
 
 size_t ShmPair::writable(size_t want) {
   // Likewise the reader's tail last seen, while it leaves room for `want` bytes.
-  const uint64_t head = out_->head.load(std::memory_order_relaxed);
+  const uint64_t head = head_;
   if (cap_ - (head - tail_seen_) >= want) return cap_ - static_cast<size_t>(head - tail_seen_);
   tail_seen_ = out_->tail.load(std::memory_order_seq_cst);
   const uint64_t used = head - tail_seen_;
@@ -383,17 +398,22 @@ void ShmPair::drain_doorbell() {
 }
 
 size_t ShmPair::send_some(const iovec* iov, int n, Delivery delivery) {
-  if (gone()) closed();
+  // What the peer took of a posted description is sent even if it has closed since (it read the
+  // last bytes of an operation, then left): only what it left untaken is lost with it.
+  const bool posted = direct_outstanding();
+  if (!posted && gone()) closed();
   touch_out();
-  if (direct_outstanding() || (delivery == Delivery::Rendezvous && post_direct(iov, n))) {
+  if (posted || (delivery == Delivery::Rendezvous && post_direct(iov, n))) {
     const size_t k = direct_progress(iov, n);
-    if (k > 0 || direct_outstanding()) return k;
+    if (k > 0) return k;
+    if (gone()) closed();
+    if (direct_outstanding()) return 0;
     // Withdrawn: the peer may not read this rank's memory, so the ring carries the bytes.
   }
   size_t want = 0;
   for (int i = 0; i < n; ++i) want += iov[i].iov_len;
   size_t room = writable(want);
-  uint64_t head = out_->head.load(std::memory_order_relaxed);
+  uint64_t head = head_;
   size_t total = 0;
   for (int i = 0; i < n && room > 0; ++i) {
     const size_t k = std::min(room, iov[i].iov_len);
@@ -403,6 +423,7 @@ size_t ShmPair::send_some(const iovec* iov, int n, Delivery delivery) {
     total += k;
   }
   if (total == 0) return 0;
+  head_ = head;
   out_->head.store(head, std::memory_order_seq_cst);
   wake_if(out_->reader_waiting);
   return total;
@@ -423,9 +444,9 @@ size_t ShmPair::recv_some(void* p, size_t n) {
     return 0;
   }
   const size_t k = std::min(avail, n);
-  uint64_t tail = in_->tail.load(std::memory_order_relaxed);
-  copy_out(in_data_, cap_, tail, static_cast<uint8_t*>(p), k);
-  in_->tail.store(tail + k, std::memory_order_seq_cst);
+  copy_out(in_data_, cap_, tail_, static_cast<uint8_t*>(p), k);
+  tail_ += k;
+  in_->tail.store(tail_, std::memory_order_seq_cst);
   wake_if(in_->writer_waiting);
   return k;
 }
@@ -436,7 +457,7 @@ size_t ShmPair::peek(const uint8_t** p) {
   touch_in();
   const size_t avail = readable();
   if (avail == 0) return 0;
-  const size_t at = static_cast<size_t>(in_->tail.load(std::memory_order_relaxed)) & (cap_ - 1);
+  const size_t at = static_cast<size_t>(tail_) & (cap_ - 1);
   *p = in_data_ + at;
   return std::min(avail, cap_ - at);
 }
@@ -455,8 +476,8 @@ void ShmPair::touch_in() {
 
 void ShmPair::consume(size_t n) {
   if (n == 0) return;
-  const uint64_t tail = in_->tail.load(std::memory_order_relaxed);
-  in_->tail.store(tail + n, std::memory_order_seq_cst);
+  tail_ += n;
+  in_->tail.store(tail_, std::memory_order_seq_cst);
   wake_if(in_->writer_waiting);
 }
 

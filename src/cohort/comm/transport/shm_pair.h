@@ -28,6 +28,8 @@
 // pair can still fall back to TCP, instead of with SIGBUS during a collective.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -45,6 +47,10 @@ namespace cohort::comm::transport {
 // ThreadSanitizer, as they are to the hardware.
 class ShmSegment {
  public:
+  // Removes from /dev/shm the names of segments that children of process `parent` created and
+  // no peer opened (a rank killed between creating a segment and its peer opening it): for a
+  // launcher, once its ranks are gone. Returns how many it removed.
+  static int remove_orphans_of(pid_t parent);
   // Creates and maps a new segment whose rings hold `ring_bytes` each (a power of two, at least
   // 4 KiB). `label` goes into the name, for a person reading /dev/shm during setup. Throws
   // SystemError when /dev/shm refuses (ENOSPC: too small; ENOENT/EACCES: absent or read-only).
@@ -143,6 +149,10 @@ class ShmPair final : public Pair {
   // ring's tail. Each lags the true value, which is safe (fewer bytes readable, less room).
   uint64_t head_seen_ = 0;
   uint64_t tail_seen_ = 0;
+  // This side's own head (of the ring it writes) and tail (of the ring it reads): kept here and
+  // only published to the segment, never read back from it, where the peer could change them.
+  uint64_t head_ = 0;
+  uint64_t tail_ = 0;
   // Whether this side has touched every page of the ring it writes, of the ring it reads (each
   // on its direction's first use; one thread drives a direction at a time).
   bool out_touched_ = false;
