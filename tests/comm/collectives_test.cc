@@ -237,6 +237,34 @@ TEST(SendRecv, MatchesByTagNotByArrivalOrder) {
   });
 }
 
+// A send that waits for a slow reader takes on a recv issued before the next collective, never
+// one issued after it: run ahead of the collective, it would read the peer's collective's bytes.
+TEST(SendRecv, AWaitingSendTakesOnNoRecvFromBehindACollective) {
+  World world(2);
+  world.run([&](int r, Communicator& comm) {
+    std::vector<int32_t> big(4 << 20, 7);  // 16 MiB: more than a connection buffers
+    int32_t small = 0;
+    if (r == 0) {
+      auto s = comm.send(Buffer{DType::I32, big.data(), big.size()}, 1, {.tag = 1});
+      auto b = comm.barrier();
+      auto v = comm.recv(Buffer{DType::I32, &small, 1}, 1, {.tag = 2});
+      s->wait();
+      b->wait();
+      v->wait();
+      EXPECT_EQ(small, 42);
+    } else {
+      // A slow peer: rank 0's send waits alone long enough to look for a partner.
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::vector<int32_t> in(big.size(), 0);
+      comm.recv(Buffer{DType::I32, in.data(), in.size()}, 0, {.tag = 1})->wait();
+      comm.barrier()->wait();
+      small = 42;
+      comm.send(Buffer{DType::I32, &small, 1}, 0, {.tag = 2})->wait();
+      EXPECT_EQ(in.back(), 7);
+    }
+  });
+}
+
 TEST(SendRecv, MessageArrivingDuringACollectiveWaitsForItsRecv) {
   World world(2);
   world.run([&](int r, Communicator& comm) {

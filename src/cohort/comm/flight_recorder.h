@@ -205,7 +205,7 @@ class FlightRecorder {
   const int rank_;
   mutable std::mutex mu_;
   std::vector<CollectiveRecord> ring_;  // slot seq % capacity
-  static constexpr size_t kKinds = 9;   // OpKind values are 1..8
+  static constexpr size_t kKinds = static_cast<size_t>(kLastOpKind) + 1;  // OpKind is 1..last
   std::array<LatencyHistogram, kKinds> latency_{};
   uint64_t newest_ = 0;  // highest seq recorded
   struct Posted {

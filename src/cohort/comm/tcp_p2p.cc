@@ -5,7 +5,9 @@
 // operation of the other direction and runs it beside itself, full duplex: two ranks that each
 // post a recv and then a send to the other, or each a large send first, or a ring where every rank
 // sends to the next and receives from the previous, all complete. What it took on and had not
-// begun when it was done goes back to the head of the queue.
+// begun when it was done goes back to the head of the queue. Only operations issued before the
+// next collective are taken on: sends and recvs issued after a collective stay after it, as every
+// peer expects them.
 #include "cohort/comm/tcp_communicator.h"
 
 namespace cohort::comm {
@@ -13,7 +15,8 @@ namespace cohort::comm {
 bool TcpCommunicator::take_partner(const Op& op, Op& other) {
   std::lock_guard lk(mu_);
   for (auto it = queue_.begin(); it != queue_.end(); ++it) {
-    if (it->id.kind == OpKind::PointToPoint && it->sends != op.sends) {
+    if (it->id.kind != OpKind::PointToPoint) return false;
+    if (it->sends != op.sends) {
       other = std::move(*it);
       queue_.erase(it);
       return true;
