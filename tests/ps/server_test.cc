@@ -10,6 +10,7 @@
 #include "../store/store_test_wire.h"
 #include "cohort/base/error.h"
 #include "cohort/ps/client.h"
+#include "cohort/ps/protocol.h"
 #include "ps_cluster.h"
 
 namespace cohort::ps {
@@ -544,6 +545,55 @@ TEST_F(ServerWire, GarbageTruncatedOversizedAndUnauthenticatedInputIsRefusedAndS
   std::vector<float> out(4);
   w.push_pull(w.all_keys(), gradient(0, 0, 4), out, {.clock = 0, .lr = 1})->wait(Millis(2000));
   EXPECT_EQ(w.status()[0].applied, 1u);
+}
+
+// Well-formed requests the shard cannot serve (a slot the job does not have, ranges that name
+// values twice) are answered with an error at once, before they wait on anything, and the shard
+// goes on answering the workers.
+TEST_F(ServerWire, RequestsForNoSuchSlotOrOverlappingRangesAreRefusedAndTheShardGoesOn) {
+  PsCluster cluster(settings(1, 2, Consistency::Ssp));
+  const Layout layout({4}, 1);
+  Client w0(cluster.client_options(0), layout), w1(cluster.client_options(1), layout);
+  w0.init(initial(4))->wait();
+  const View view = cluster.view();
+  store::testing::RawClient raw(net::Endpoint::parse(view.servers[0].address));
+  raw.handshake(testing::kToken);
+  struct Case {
+    uint32_t slot;
+    std::vector<Range> ranges;
+    const char* reason;
+  };
+  const std::vector<Case> cases = {
+      {7, {{0, 4}}, "slot 7 asked, but the job has 2 workers"},
+      {0, {{0, 4}, {0, 4}, {0, 4}}, "overlap"},
+      {1, {{0, 3}, {2, 2}}, "overlap"},
+  };
+  uint64_t id = 1000;
+  for (const Case& c : cases) {
+    Request q{.op = Op::kPushPull,
+              .shard = 0,
+              .view = view.number,
+              .id = ++id,
+              .slot = c.slot,
+              .pull = true,
+              .wait_ms = 50,
+              .ranges = c.ranges};
+    raw.send(store::testing::frame_bytes(net::MsgType::kPsRequest, encode_request(q)));
+    const Response r = decode_response(
+        net::read_frame(raw.sock(), Deadline::after(Millis(2000)), 1 << 20).payload);
+    EXPECT_EQ(r.id, id);
+    EXPECT_EQ(r.status, Status::kError) << c.reason;
+    EXPECT_NE(r.message.find(c.reason), std::string::npos) << r.message;
+  }
+  // Both workers' clock 0 is applied and answered.
+  std::vector<float> out0(4), out1(4);
+  auto a = w0.push_pull(w0.all_keys(), gradient(0, 0, 4), out0, {.clock = 0, .lr = 1});
+  auto b = w1.push_pull(w1.all_keys(), gradient(1, 0, 4), out1, {.clock = 0, .lr = 1});
+  a->wait(Millis(3000));
+  b->wait(Millis(3000));
+  const ShardStatus status = w0.status()[0];
+  EXPECT_EQ(status.applied, 2u);  // both pushes, as one step
+  EXPECT_EQ(status.version, 1);
 }
 
 }  // namespace

@@ -106,6 +106,24 @@ TEST(Shard, RetiringASlotLetsItsWaitingClocksComplete) {
   EXPECT_EQ(s.min_clock(), 1);
 }
 
+// A retired slot's acknowledged pushes are not dropped: a clock it pushed is applied with its
+// contribution once the others complete it.
+TEST(Shard, ARetiredSlotsAcknowledgedPushesAreStillApplied) {
+  Shard s(sgd(3, Consistency::Ssp), {0, 1}, {0.0f});
+  push(s, 0, 0, {1.0f});
+  push(s, 2, 0, {4.0f});
+  push(s, 2, 1, {8.0f});
+  s.retire(2);
+  EXPECT_EQ(s.version(), 0);
+  push(s, 1, 0, {2.0f});
+  EXPECT_EQ(s.version(), 1);
+  EXPECT_FLOAT_EQ(s.params()[0], -7.0f);
+  push(s, 0, 1, {1.0f});
+  push(s, 1, 1, {1.0f});
+  EXPECT_EQ(s.version(), 2);
+  EXPECT_FLOAT_EQ(s.params()[0], -17.0f);
+}
+
 TEST(Shard, SavedAndRestoredItIsTheSameShardPendingClocksIncluded) {
   const ShardSettings set = sgd(2, Consistency::Ssp, Correction::DelayCompensation);
   Shard s(set, {4, 2}, {1.0f, 2.0f});
@@ -122,6 +140,22 @@ TEST(Shard, SavedAndRestoredItIsTheSameShardPendingClocksIncluded) {
   EXPECT_EQ(back.params(), s.params());
   EXPECT_EQ(back.version(), 2);
   EXPECT_EQ(back.counts().at(1).id_sum, 7.0);
+}
+
+// A shard saved without a correction, with a clock still pending, restored where the job now
+// asks for delay compensation (a resume with sync.delay_compensation set): the pending push is
+// compensated from the restored parameters (no move since), as a push read then would be.
+TEST(Shard, APendingPushSavedWithoutCorrectionIsRestoredUnderDelayCompensation) {
+  Shard s(sgd(2, Consistency::Ssp), {0, 2}, {1.0f, 2.0f});
+  const std::vector<Range> r = {{0, 2}};
+  const float g[2] = {0.5f, -0.5f};
+  s.push(0, 0, 0.1, r, g, {});  // pending: slot 1 has not pushed clock 0
+  Shard back = Shard::restore(sgd(2, Consistency::Ssp, Correction::DelayCompensation), s.save());
+  back.push(1, 0, 0.1, r, g, {});
+  s.push(1, 0, 0.1, r, g, {});
+  // The parameters did not move between the reads and the step: the same step either way.
+  EXPECT_EQ(back.version(), 1);
+  EXPECT_EQ(back.params(), s.params());
 }
 
 TEST(Shard, EveryTruncationOfASavedShardIsRefusedCleanly) {

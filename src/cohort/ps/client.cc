@@ -209,11 +209,13 @@ std::vector<Response> Client::exchange(std::vector<std::optional<Request>> reque
         if (!c.writer.empty()) c.writer.flush(c.sock);
         if (!c.reader.read(c.sock, max_answer)) continue;
         Response r = decode_response(c.reader.take().payload);
+        // The answer to a request given up on earlier (its exchange timed out), still on this
+        // connection: not this request's.
+        if (r.id != requests[s]->id) continue;
         in_flight[s] = r.status == Status::kHeld;
         switch (r.status) {
           case Status::kHeld:  // still in flight: the time it is held does not count
             // The next notice is due kHeldNotice from now; the timeout counts from then.
-            if (r.id != requests[s]->id) throw ProtocolError("a hold notice for another request");
             due[s] = due[s].later(Deadline::after(options_.timeout + kHeldNotice));
             deadline = deadline.later(due[s]);
             last_error[s] = r.message;

@@ -121,7 +121,10 @@ std::optional<Server::Impl::Waiting> Server::Impl::apply(uint32_t shard, Held& h
           r.message = "shard " + std::to_string(shard) + " has no parameters yet";
           return std::nullopt;
         }
-        if (q.pull) h.shard->check_ranges(q.ranges);
+        // Checked before anything waits on them: a request the shard could not answer later
+        // would stay at the front of its queue.
+        h.shard->check_slot(q.slot);
+        h.shard->check_ranges(q.ranges);
         if (q.push) {
           r.duplicate = !h.shard->push(q.slot, q.clock, q.lr, q.ranges, q.values, q.counts);
         }

@@ -174,6 +174,25 @@ void Shard::complete_clocks() {
 
 void Shard::check_ranges(std::span<const Range> ranges) const {
   for (const Range& r : ranges) check_range(r);
+  // Disjoint: a request names each value once, so what it asks for is at most the shard.
+  std::vector<Range> sorted(ranges.begin(), ranges.end());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Range& a, const Range& b) { return a.offset < b.offset; });
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    if (sorted[i].offset < sorted[i - 1].end()) {
+      throw Error("ranges [" + std::to_string(sorted[i - 1].offset) + ", " +
+                  std::to_string(sorted[i - 1].end()) + ") and [" +
+                  std::to_string(sorted[i].offset) + ", " + std::to_string(sorted[i].end()) +
+                  ") overlap");
+    }
+  }
+}
+
+void Shard::check_slot(uint32_t slot) const {
+  if (slot != kNoSlot && slot >= slots_.size()) {
+    throw Error("slot " + std::to_string(slot) + " asked, but the job has " +
+                std::to_string(slots_.size()) + " workers");
+  }
 }
 
 void Shard::read(std::span<const Range> ranges, void* out) const {
@@ -210,7 +229,8 @@ void Shard::retire(uint32_t slot) {
   if (slot >= slots_.size())
     throw Error("retire of slot " + std::to_string(slot) + ": no such slot");
   slots_[slot].retired = true;
-  for (auto& [clock, p] : pending_) p.by_slot[slot].reset();
+  // What it pushed and was acknowledged still counts (its samples are counted already): its
+  // pending contributions are applied with their clocks; only its later clocks are not waited for.
   if (settings_.consistency == Consistency::Ssp) complete_clocks();
 }
 
@@ -299,6 +319,10 @@ Shard Shard::restore(const ShardSettings& settings, const std::vector<uint8_t>& 
       c->read_params = get_floats(r);
       if (c->grad.size() != s.params_.size() || !sized(c->read_params)) {
         throw ProtocolError("shard state: a pending push of the wrong size");
+      }
+      // Saved without delay compensation: compensated from the parameters as restored.
+      if (settings.correction == Correction::DelayCompensation && c->read_params.empty()) {
+        c->read_params = s.params_;
       }
     }
   }

@@ -70,8 +70,10 @@ class Shard {
   // Slot read the parameters as they are now: its staleness and delay compensation count from
   // here.
   void note_read(uint32_t slot);
-  // Throws Error naming the first of `ranges` that is not in the shard.
+  // Throws Error naming the first of `ranges` that is not in the shard, or two that overlap.
   void check_ranges(std::span<const Range> ranges) const;
+  // Throws Error for a slot that is neither kNoSlot nor one of the job's.
+  void check_slot(uint32_t slot) const;
   ShardStatus status() const;
   void stop() { stopped_ = true; }
   // The slot's worker is gone for good: no clock waits for it any more.

@@ -55,11 +55,22 @@ void Trainer::evaluate_alone(Epoch& e) {
   phase(state_.step, comm::Phase::Evaluate);
   const auto t = Clock::now();
   servers_->hold_others();
-  servers_->pull_latest(*model_);
-  const Evaluation ev = evaluate(*model_, test_set_);
-  newest_eval_.emplace(state_.step, ev);
-  reached_ = cfg_.train.stop_at_accuracy > 0 && ev.accuracy >= cfg_.train.stop_at_accuracy;
-  if (reached_) servers_->request_stop();
+  try {
+    servers_->pull_latest(*model_);
+    const Evaluation ev = evaluate(*model_, test_set_);
+    newest_eval_.emplace(state_.step, ev);
+    reached_ = cfg_.train.stop_at_accuracy > 0 && ev.accuracy >= cfg_.train.stop_at_accuracy;
+    if (reached_) servers_->request_stop();
+  } catch (...) {
+    // The others must not stay held while this worker rejoins (or fails): let them go, on a
+    // best-effort basis (a server whose connection broke ends the pause itself).
+    try {
+      servers_->release_others();
+    } catch (const std::exception& e) {
+      spdlog::warn("releasing the other workers after a failed evaluation: {}", e.what());
+    }
+    throw;
+  }
   servers_->release_others();
   const auto spent = Clock::now() - t;
   eval_s_ += std::chrono::duration<double>(spent).count();
