@@ -118,7 +118,13 @@ class State:
         """Keeps a copy of the state to roll back to. If a worker waits to join, every member
         leaves its membership epoch here (the function of `run` starts again, at this state)."""
         self.save()
-        if _job._state["joined"] and _C._job_change_requested():
+        if not _job._state["joined"]:
+            return
+        # Each rank's heartbeat sees a request at its own moment: every rank leaves if any saw
+        # one, so that none goes on into the next step's collectives alone.
+        seen = torch.tensor([1 if _C._job_change_requested() else 0], dtype=torch.int32)
+        dist.all_reduce(seen, op=dist.ReduceOp.MAX)
+        if seen.item():
             raise _MembershipChange()
 
     def restore(self):

@@ -369,10 +369,31 @@ def check_async_and_futures():
     dist.barrier(group=gloo)
 
 
+def check_strided_lists():
+    """Gather and all_gather into list tensors that are views with strides of their own (a
+    transpose) and scatter from them: written and read through their strides, as with gloo."""
+    def block(r):
+        return torch.arange(6, dtype=torch.float32).reshape(2, 3) + 10 * r
+    x = block(R)
+    ga = [torch.empty(3, 2).t() for _ in range(N)] if R == 0 else None
+    dist.gather(x, ga, dst=0)
+    if R == 0:
+        for r in range(N):
+            same(ga[r], block(r), f"gather into a transposed view, block {r}")
+    aa = [torch.empty(3, 2).t() for _ in range(N)]
+    dist.all_gather(aa, x)
+    for r in range(N):
+        same(aa[r], block(r), f"all_gather into a transposed view, block {r}")
+    sa = torch.empty(2, 3)
+    dist.scatter(sa, [block(r).t().contiguous().t() for r in range(N)] if R == 0 else None, src=0)
+    same(sa, block(R), "scatter from transposed views")
+
+
 check_all_reduce()
 check_random_floats()
 check_rooted()
 check_gathers()
+check_strided_lists()
 check_reduce_scatter()
 check_all_to_all()
 check_all_reduce_coalesced()

@@ -62,6 +62,10 @@ const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* op)
 void check_alike(const std::vector<at::Tensor>& list, const at::Tensor& like, const char* op) {
   for (size_t i = 0; i < list.size(); ++i) {
     const at::Tensor& t = list[i];
+    if (!t.device().is_cpu()) {
+      refuse(op, "tensor " + std::to_string(i) + " of the list is on " + t.device().str() +
+                     ", not on the CPU");
+    }
     if (t.scalar_type() != like.scalar_type() || t.sizes() != like.sizes()) {
       refuse(op, "tensor " + std::to_string(i) + " of the list is " +
                      std::string(c10::toString(t.scalar_type())) + " of " + c10::str(t.sizes()) +
@@ -118,7 +122,8 @@ at::Tensor flat_cat(const std::vector<at::Tensor>& list) {
 void copy_out(const at::Tensor& flat, const std::vector<at::Tensor>& list) {
   int64_t off = 0;
   for (const at::Tensor& t : list) {
-    t.view(-1).copy_(flat.narrow(0, off, t.numel()));
+    // Into the tensor as it is laid out (a transposed view, say): copy_ follows its strides.
+    t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
     off += t.numel();
   }
 }
