@@ -1,9 +1,11 @@
 // StoreServer under abuse: every way a client can break the wire rules costs exactly one warning
 // that names the client, closes that client only, and leaves the port serving real clients.
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <atomic>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <thread>
 
@@ -281,6 +283,56 @@ TEST_F(StoreServerTest, ClientThatLeavesWhileParkedIsForgotten) {
   s.set("parked", to_bytes("now"));  // would touch the departed waiter if it were kept
   expect_real_client_served();
   EXPECT_EQ(logs_.warnings("closing client"), 0u) << logs_.dump();
+}
+
+// A wait may name a key many times; it ends once every key is there at once (not when each was
+// there at some moment: one deleted in between keeps it parked). A wait on more keys than any
+// request may name is refused.
+TEST_F(StoreServerTest, AWaitOnRepeatedKeysEndsOnceEveryKeyIsThereAtOnce) {
+  RawClient raw(ep());
+  raw.handshake(kToken);
+  std::vector<std::string> keys(50000, "a");
+  keys.push_back("b");
+  keys.push_back("c");
+  raw.send(request({.op = StoreOp::kWait, .keys = keys, .timeout_ms = 60000}));
+  ASSERT_TRUE(logs_.wait_for_debug("waits for 'a'", 1, Millis(5000))) << logs_.dump();
+  TcpStore setter(ep(), kToken);
+  // The server answers in order on one thread: once the setter has its answer, an answer to the
+  // waiter would be in its socket already.
+  auto answered = [&] {
+    pollfd p{raw.sock().fd(), POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1;
+  };
+  setter.set("a", {});
+  setter.set("b", {});
+  EXPECT_TRUE(setter.delete_key("a"));
+  setter.set("c", {});
+  EXPECT_FALSE(answered()) << "released while 'a' was gone";
+  setter.set("a", {});
+  const auto f = net::read_frame(raw.sock(), Deadline::after(Millis(5000)));
+  EXPECT_EQ(decode_response(StoreOp::kWait, f.payload).status, StoreStatus::kOk);
+
+  RawClient greedy(ep());
+  greedy.handshake(kToken);
+  greedy.send(request(
+      {.op = StoreOp::kWait, .keys = std::vector<std::string>(65537, "k"), .timeout_ms = 60000}));
+  ASSERT_TRUE(greedy.wait_closed(Millis(5000)).has_value());
+  EXPECT_TRUE(logs_.wait_for_warnings("65537 keys (at most 65536)", 1, Millis(2000)))
+      << logs_.dump();
+  expect_real_client_served();
+}
+
+// A counter stays a 64-bit integer: an add past its range is refused, and the counter is kept.
+TEST_F(StoreServerTest, AnAddPastTheCountersRangeIsRefusedAndTheCounterKept) {
+  TcpStore s(ep(), kToken);
+  EXPECT_EQ(s.add("n", std::numeric_limits<int64_t>::max()), std::numeric_limits<int64_t>::max());
+  try {
+    s.add("n", 1);
+    FAIL() << "an add past the range was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("past the range"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(s.add("n", -1), std::numeric_limits<int64_t>::max() - 1);
 }
 
 TEST_F(StoreServerTest, ManyParkedWaitersAreAllReleased) {

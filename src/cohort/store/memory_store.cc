@@ -64,7 +64,10 @@ int64_t MemoryStore::add(const std::string& key, int64_t delta) {
     std::lock_guard lk(mu_);
     auto it = data_.find(key);
     if (it != data_.end()) v = counter_value(key, it->second);
-    v += delta;
+    if (__builtin_add_overflow(v, delta, &v)) {
+      throw Error("add to '" + key + "': " + std::to_string(delta) +
+                  " would take the counter past the range of a 64-bit integer");
+    }
     data_[key] = to_bytes(std::to_string(v));
   }
   cv_.notify_all();
@@ -103,6 +106,12 @@ bool MemoryStore::check(const std::vector<std::string>& keys) {
     if (!data_.count(k)) return false;
   }
   return true;
+}
+
+size_t MemoryStore::first_absent(const std::vector<std::string>& keys, size_t from) {
+  std::lock_guard lk(mu_);
+  while (from < keys.size() && data_.count(keys[from])) ++from;
+  return from;
 }
 
 void MemoryStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {

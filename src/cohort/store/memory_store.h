@@ -24,6 +24,8 @@ class MemoryStore : public Store {
 
   // Non-blocking lookup, for servers that must never block their event loop.
   std::optional<Bytes> try_get(const std::string& key);
+  // The index of the first of keys[from, end) that is absent (keys.size() if none is).
+  size_t first_absent(const std::vector<std::string>& keys, size_t from);
   size_t size();
   // Every key and its value (a copy).
   std::map<std::string, Bytes> contents();

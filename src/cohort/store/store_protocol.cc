@@ -24,8 +24,15 @@ void put_keys(ByteWriter& w, const std::vector<std::string>& keys) {
   for (const auto& k : keys) w.put_string(k);
 }
 
+// More keys than any request of a job of 10,000 workers names; what a server parks a waiter on.
+constexpr uint32_t kMaxKeys = 1u << 16;
+
 std::vector<std::string> get_keys(ByteReader& r) {
   auto n = r.get<uint32_t>();
+  if (n > kMaxKeys) {
+    throw ProtocolError("a store request of " + std::to_string(n) + " keys (at most " +
+                        std::to_string(kMaxKeys) + ")");
+  }
   std::vector<std::string> keys;
   // Each key takes at least its 4-byte length, so a lying count cannot make us reserve much.
   keys.reserve(std::min<size_t>(n, r.remaining() / 4));

@@ -7,8 +7,11 @@
 // the waiters whose deadlines passed with a timeout response that lists the missing keys.
 //
 // With a journal, every change is appended to it before its request is answered. A journal that
-// cannot be written (a full disk) is given up with an error in the log: the job goes on, and a
-// coordinator started again over its run directory restarts from the checkpoints instead.
+// cannot be written (a full disk) is given up with an error in the log and renamed *.abandoned:
+// the job goes on, and a coordinator started again over its run directory restarts from the
+// checkpoints instead of replaying a journal that lacks what was acknowledged since.
+#include <algorithm>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <unordered_map>
@@ -46,8 +49,11 @@ class StoreServer::Impl : public net::FrameServer::Handler {
  private:
   struct Waiter {
     StoreOp op;
-    std::vector<std::string> keys;
+    std::vector<std::string> keys;  // distinct
     Deadline deadline;
+    // keys[0, present) were there when last looked at: a new key is looked for from here, so a
+    // waiter on many keys costs each set that concerns it little, not a look at every key.
+    size_t present = 0;
   };
 
   void handle_request(uint64_t conn, const StoreRequest& q);
@@ -99,9 +105,16 @@ void StoreServer::Impl::journal(const std::string& key) {
     }
     if (journal_->wants_compaction()) journal_->compact(data_.contents());
   } catch (const Error& e) {
-    spdlog::error("store: gave up the journal {}: {}; a coordinator started again over this run "
-                  "directory restarts from its checkpoints",
-                  journal_->path(), e.what());
+    // Out of the way: a coordinator started again over this run directory must not replay a
+    // journal that lacks what was acknowledged from here on.
+    const std::string path = journal_->path();
+    std::error_code ec;
+    std::filesystem::rename(path, path + ".abandoned", ec);
+    if (ec) std::filesystem::remove(path, ec);
+    spdlog::error(
+        "store: gave up the journal {} ({}): {}; a coordinator started again over this "
+        "run directory restarts from its checkpoints",
+        path, ec ? "could not remove it: " + ec.message() : "renamed *.abandoned", e.what());
     journal_.reset();
   }
 }
@@ -161,8 +174,11 @@ void StoreServer::Impl::handle_request(uint64_t conn, const StoreRequest& q) {
       case StoreOp::kWait:
         if (!data_.check(q.keys)) {
           auto ms = Millis(std::min(q.timeout_ms, kMaxWaitMs));
-          waiters_.emplace(conn, Waiter{q.op, q.keys, Deadline::after(ms)});
-          for (const auto& k : q.keys) waiting_on_.emplace(k, conn);
+          std::vector<std::string> keys = q.keys;
+          std::sort(keys.begin(), keys.end());
+          keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+          for (const auto& k : keys) waiting_on_.emplace(k, conn);
+          waiters_.emplace(conn, Waiter{q.op, std::move(keys), Deadline::after(ms)});
           spdlog::debug("store: connection {} waits for '{}'{}", conn, key,
                         q.keys.size() > 1 ? " and more" : "");
           return;
@@ -188,7 +204,15 @@ void StoreServer::Impl::notify(const std::string& key) {
   std::vector<uint64_t> ready;
   auto [b, e] = waiting_on_.equal_range(key);
   for (auto it = b; it != e; ++it) {
-    if (data_.check(waiters_.at(it->second).keys)) ready.push_back(it->second);
+    Waiter& w = waiters_.at(it->second);
+    w.present = data_.first_absent(w.keys, w.present);
+    if (w.present < w.keys.size()) continue;
+    // Every key was there when looked at; one may have been deleted since: look at all again.
+    if (data_.check(w.keys)) {
+      ready.push_back(it->second);
+    } else {
+      w.present = 0;
+    }
   }
   for (uint64_t id : ready) finish_waiter(id, false);
 }
