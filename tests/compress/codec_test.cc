@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -51,13 +52,22 @@ TEST(Methods, ParseNamesAndRejectOthers) {
 TEST(RoundTrip, Fp16WithinHalfAnUlpAndSaturates) {
   auto x = random_values(5000, 1);
   for (size_t i = 0; i < x.size(); ++i) x[i] *= std::pow(10.0f, static_cast<float>(i % 9) - 4.0f);
+  // Infinities stay infinities, within a vector's eight values and in the tail.
+  const float inf = std::numeric_limits<float>::infinity();
+  x[8] = inf;
+  x[9] = -inf;
+  x.push_back(inf);
   x.push_back(1e6f);
   x.push_back(-7e4f);
   x.push_back(std::nanf(""));
   auto codec = make_codec(options(Method::Fp16), x.size());
   std::vector<float> out(x.size());
   codec->round_trip(x.data(), out.data());
-  for (size_t i = 0; i + 3 < x.size(); ++i) {
+  EXPECT_EQ(out[8], inf);
+  EXPECT_EQ(out[9], -inf);
+  EXPECT_EQ(out[out.size() - 4], inf);
+  for (size_t i = 0; i + 4 < x.size(); ++i) {
+    if (i == 8 || i == 9) continue;
     const float a = std::fabs(x[i]);
     const float bound = a >= 0x1p-14f ? a * 0x1p-11f : 0x1p-25f;
     ASSERT_LE(std::fabs(out[i] - x[i]), bound) << x[i];
@@ -109,6 +119,23 @@ TEST(RoundTrip, Int8StochasticWithinOneStep) {
 }
 TEST(RoundTrip, Int8NearestWithinHalfAStep) {
   check_int8(false);
+}
+
+// A chunk so small that 127 / max|x| overflows decodes as zeros (within its scale), never NaN.
+TEST(RoundTrip, Int8ChunksOfTinyValuesDecodeWithinTheirScale) {
+  for (bool stochastic : {false, true}) {
+    Int8Encoding enc(256, stochastic, 7);
+    std::vector<float> x(300, 0.0f);
+    for (size_t i = 0; i < x.size(); i += 3) x[i] = (i % 2 ? -1.0f : 1.0f) * 1e-38f;
+    std::vector<uint8_t> bytes(enc.encoded_bytes(x.size()));
+    enc.encode(x.data(), x.size(), bytes.data());
+    std::vector<float> out(x.size(), -1.0f);
+    enc.decode(bytes.data(), x.size(), out.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(out[i])) << i;
+      ASSERT_LE(std::fabs(out[i] - x[i]), 1e-37f) << i;
+    }
+  }
 }
 
 TEST(RoundTrip, Int8StochasticRoundingIsUnbiasedAndSeeded) {
@@ -431,6 +458,39 @@ TEST(Exchange, PowerSgdAveragesBothFactorsBeforeFinishIsCalled) {
     results[static_cast<size_t>(r)] = g;
   });
   EXPECT_EQ(results[0], results[1]);
+}
+
+// A gradient that was not finite at one step (an overflow on one rank) is seen in that step's
+// result, and leaves nothing in the codec's state: the next finite steps give finite results,
+// the same on every rank, for every codec with error feedback.
+TEST(Exchange, AGradientThatWasNotFiniteDoesNotPoisonTheStepsAfterIt) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (Method m : {Method::Fp16, Method::Bf16, Method::Int8, Method::TopK, Method::PowerSgd}) {
+    SCOPED_TRACE(method_name(m));
+    std::vector<std::vector<float>> results(2);
+    World world(2);
+    world.run([&](int r, comm::Communicator& comm) {
+      auto codec = make_codec(options(m), 3000, {{0, 50, 60}}, r, 0);
+      for (int t = 0; t < 4; ++t) {
+        auto g = gradient(r, t, 3000);
+        if (t == 1 && r == 0) {
+          g[5] = inf;
+          g[700] = std::nanf("");
+        }
+        codec->start(g.data(), comm, {});
+        codec->finish();
+        if (t == 1) {
+          EXPECT_FALSE(std::all_of(g.begin(), g.end(), [](float v) { return std::isfinite(v); }))
+              << "the overflow was hidden";
+        }
+        if (t == 3) {
+          EXPECT_TRUE(std::all_of(g.begin(), g.end(), [](float v) { return std::isfinite(v); }));
+          results[static_cast<size_t>(r)] = g;
+        }
+      }
+    });
+    EXPECT_EQ(results[0], results[1]);
+  }
 }
 
 class ExchangeTest : public ::testing::TestWithParam<std::tuple<Method, int>> {};

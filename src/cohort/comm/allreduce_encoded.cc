@@ -27,10 +27,20 @@
 // Blocks are cut into segments of about chunk_bytes of f32 (a multiple of the format's granule),
 // each encoded on its own, so decoding overlaps the transfer of the next segments.
 #include <algorithm>
+#include <cmath>
 
 #include "cohort/comm/algorithms.h"
 
 namespace cohort::comm {
+namespace {
+
+// What error feedback carries to the next step: nothing where the gradient was not finite (an
+// overflow), which would otherwise stay in the residual and poison every later step.
+inline float carried(float v) {
+  return std::isfinite(v) ? v : 0.0f;
+}
+
+}  // namespace
 
 void allreduce_encoded(OpContext& ctx, Buffer buf, Encoding& enc, ReduceOp op, Buffer residual) {
   const int n = ctx.size(), r = ctx.rank();
@@ -78,11 +88,11 @@ void allreduce_encoded(OpContext& ctx, Buffer buf, Encoding& enc, ReduceOp op, B
         float* a = acc + k * seg;
         enc.decode(e, len, a);
         if (res) {
-          for (size_t i = 0; i < len; ++i) res[off + i] = x[off + i] - a[i];
+          for (size_t i = 0; i < len; ++i) res[off + i] = carried(x[off + i] - a[i]);
         }
       } else if (res) {
         enc.decode(e, len, res + off);
-        for (size_t i = 0; i < len; ++i) res[off + i] = x[off + i] - res[off + i];
+        for (size_t i = 0; i < len; ++i) res[off + i] = carried(x[off + i] - res[off + i]);
       }
     }
   }
@@ -120,7 +130,7 @@ void allreduce_encoded(OpContext& ctx, Buffer buf, Encoding& enc, ReduceOp op, B
     if (res) {
       const float w = op == ReduceOp::Avg ? f : 1.0f;
       float* rr = res + off_r + k * seg;
-      for (size_t i = 0; i < len; ++i) rr[i] += w * (a[i] - out[i]);
+      for (size_t i = 0; i < len; ++i) rr[i] = carried(rr[i] + w * (a[i] - out[i]));
     }
   }
 

@@ -190,6 +190,7 @@ COHORT_DISPATCH(bf16_dec_add, (const uint16_t* s, size_t n, float* d), (s, n, d)
 // Half precision: F16C, 8 values at a time, where the CPU has it (the tail through a padded copy,
 // so that every value rounds the same way); the portable conversions of comm/half.h otherwise.
 float saturate(float v) {
+  if (std::isinf(v)) return v;
   return v > kHalfMax ? kHalfMax : (v < -kHalfMax ? -kHalfMax : v);
 }
 
@@ -197,11 +198,15 @@ float saturate(float v) {
 __attribute__((target("avx2,f16c"))) void f16_encode_f16c(const float* src, size_t n,
                                                           uint16_t* dst) {
   const __m256 hi = _mm256_set1_ps(kHalfMax), lo = _mm256_set1_ps(-kHalfMax);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 pos_inf = _mm256_set1_ps(std::numeric_limits<float>::infinity());
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    __m256 v = _mm256_loadu_ps(src + i);
-    // min/max return their second operand (v) when either is NaN: NaN stays NaN.
-    v = _mm256_max_ps(lo, _mm256_min_ps(hi, v));
+    const __m256 x = _mm256_loadu_ps(src + i);
+    // min/max return their second operand (x) when either is NaN: NaN stays NaN; an infinity
+    // is kept as it is, finite values saturate.
+    const __m256 inf = _mm256_cmp_ps(_mm256_andnot_ps(sign, x), pos_inf, _CMP_EQ_OQ);
+    const __m256 v = _mm256_blendv_ps(_mm256_max_ps(lo, _mm256_min_ps(hi, x)), x, inf);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
                      _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
@@ -297,11 +302,13 @@ void Int8Encoding::encode(const float* src, size_t count, uint8_t* dst) {
     const bool finite = bits < 0x7f800000u;
     float scale = finite ? amax_v / 127.0f : std::numeric_limits<float>::quiet_NaN();
     std::memcpy(scales + c * sizeof(float), &scale, sizeof(float));
-    if (!(scale > 0.0f)) {  // all zeros, or not finite: the bytes do not matter
+    const float inv = 127.0f / amax_v;
+    // All zeros, or not finite: the bytes do not matter. So tiny that 127 / max overflows (max
+    // below about 3.7e-37): every value decodes as 0, within the scale of the chunk.
+    if (!(scale > 0.0f) || !(inv < std::numeric_limits<float>::infinity())) {
       std::memset(q + lo, 0, hi - lo);
       continue;
     }
-    const float inv = 127.0f / amax_v;
     if (stochastic_) {
       quantize_any<true>(src + lo, hi - lo, inv, stream, static_cast<uint32_t>(lo), q + lo);
     } else {

@@ -9,8 +9,9 @@
 namespace cohort::compress {
 
 // IEEE binary16, round to nearest even. Relative error <= 2^-11 for |x| in [2^-14, 65504];
-// below that absolute error <= 2^-25 (subnormals). Values beyond +-65504 saturate to +-65504 (no
-// infinities from finite gradients; error feedback carries the excess); NaN stays NaN.
+// below that absolute error <= 2^-25 (subnormals). Finite values beyond +-65504 saturate to
+// +-65504 (no infinities from finite gradients; error feedback carries the excess); an infinity
+// stays an infinity and NaN stays NaN, so an overflow is still seen after the exchange.
 class Fp16Encoding final : public comm::Encoding {
  public:
   uint32_t wire_tag() const override { return 1; }

@@ -61,9 +61,8 @@ class PowerSgdCodec final : public Codec {
     p_.assign(p_size_, 0.0f);
     q_.assign(q_size_, 0.0f);
     // Every rank starts from the same Q (same seed), as the method requires.
-    std::mt19937_64 gen(seed);
-    std::normal_distribution<float> normal;
-    for (auto& v : q_) v = normal(gen);
+    seed_ = seed;
+    fill_q(0);
     if (error_feedback) residual_.assign(count, 0.0f);
   }
 
@@ -175,10 +174,26 @@ class PowerSgdCodec final : public Codec {
     }
     if (!residual_.empty()) {
       for (const auto& m : matrices_) {
-        for (size_t i = m.offset; i < m.offset + m.rows * m.cols; ++i) residual_[i] -= grad_[i];
+        for (size_t i = m.offset; i < m.offset + m.rows * m.cols; ++i) {
+          // A gradient that was not finite leaves nothing to carry: it would poison every step.
+          const float left = residual_[i] - grad_[i];
+          residual_[i] = std::isfinite(left) ? left : 0.0f;
+        }
       }
       for (const auto& [off, len] : dense_) std::fill_n(residual_.begin() + off, len, 0.0f);
     }
+    // Q averaged from a gradient that was not finite would make every later P = M Q so: the
+    // warm start begins again, from the same values on every rank (Q is the same everywhere).
+    if (!std::all_of(q_.begin(), q_.end(), [](float v) { return std::isfinite(v); })) {
+      fill_q(++restarts_);
+    }
+  }
+
+  // Q's starting values: the same on every rank for the same seed and restart.
+  void fill_q(uint64_t restart) {
+    std::mt19937_64 gen(seed_ + restart * 0x9e3779b97f4a7c15ull);
+    std::normal_distribution<float> normal;
+    for (auto& v : q_) v = normal(gen);
   }
 
   // P = M Q for every matrix.
@@ -233,6 +248,8 @@ class PowerSgdCodec final : public Codec {
   std::vector<std::pair<size_t, size_t>> dense_;  // (offset, length)
   size_t p_size_ = 0, q_size_ = 0, dense_offset_ = 0;
   std::vector<float> p_, q_;
+  uint64_t seed_ = 0;
+  uint64_t restarts_ = 0;  // of Q's warm start, after a gradient that was not finite
   bool plain_ = false;
   float* grad_ = nullptr;
   ExchangeOptions opts_;
