@@ -258,6 +258,32 @@ TEST_F(Checkpoints, DirectoryKeepsTheNewestAndSkipsCorruptOnes) {
   EXPECT_FALSE(ckpts.newest_valid().has_value());
 }
 
+// A run resumed from an older checkpoint, because the newer ones are corrupt, writes into the
+// same directory: rotation keeps what it writes and what it resumed from, not the corrupt files
+// of later steps (which it replaces as their steps come).
+TEST_F(Checkpoints, RotationAfterAResumePastCorruptOnesKeepsTheValidOnes) {
+  ModelPtr m = make_model({.name = ModelKind::Mlp}, kMnist, 1);
+  auto opt = make_optimizer({}, m->parameters());
+  CheckpointDir before(dir_ / "run", 3);
+  for (int64_t step : {300, 400, 500}) before.save({.step = step}, *m, opt.get());
+  // The run resumed, keeping two.
+  CheckpointDir ckpts(dir_ / "run", 2);
+  flip_byte(ckpts.path_for(500), fs::file_size(ckpts.path_for(500)) / 2);
+  flip_byte(ckpts.path_for(400), fs::file_size(ckpts.path_for(400)) / 2);
+  ASSERT_EQ(ckpts.newest_valid()->step, 300);
+  ckpts.save({.step = 310}, *m, opt.get());
+  std::vector<int64_t> steps;
+  for (const auto& f : ckpts.list()) steps.push_back(f.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{300, 310, 400, 500}));
+  EXPECT_EQ(ckpts.newest_valid()->step, 310);
+  ckpts.save({.step = 320}, *m, opt.get());
+  steps.clear();
+  for (const auto& f : ckpts.list()) steps.push_back(f.step);
+  EXPECT_EQ(steps, (std::vector<int64_t>{310, 320, 400, 500}));
+  ckpts.save({.step = 400}, *m, opt.get());  // replaces the corrupt one
+  EXPECT_EQ(ckpts.newest_valid()->step, 400);
+}
+
 TEST_F(Checkpoints, InMemorySnapshotHasTheFileFormat) {
   ModelPtr a = make_model({.name = ModelKind::Mlp}, kMnist, 1);
   std::string bytes = encode_checkpoint({.step = 7}, *a, nullptr);
@@ -265,9 +291,12 @@ TEST_F(Checkpoints, InMemorySnapshotHasTheFileFormat) {
   ModelPtr b = make_model({.name = ModelKind::Mlp}, kMnist, 2);
   decode_checkpoint(bytes, "snapshot", *b, nullptr, /*restore_rng=*/false);
   expect_same_state(*a, *b);
-  // Without optimizer state in it, asking for one is an error.
-  auto opt = make_optimizer({}, b->parameters());
-  EXPECT_THROW(decode_checkpoint(bytes, "snapshot", *b, opt.get()), CheckpointError);
+  // Without optimizer state in it, asking for one is an error, and the model is left as it was.
+  ModelPtr c = make_model({.name = ModelKind::Mlp}, kMnist, 3);
+  ModelPtr same_as_c = make_model({.name = ModelKind::Mlp}, kMnist, 3);
+  auto opt = make_optimizer({}, c->parameters());
+  EXPECT_THROW(decode_checkpoint(bytes, "snapshot", *c, opt.get()), CheckpointError);
+  expect_same_state(*c, *same_as_c);
 }
 
 }  // namespace

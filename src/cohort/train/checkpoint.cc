@@ -27,12 +27,18 @@ std::string tensor_shape(const torch::Tensor& t) {
   return s.str();
 }
 
+// A tensor of the model and what the checkpoint holds for it, checked to fit.
+struct Fit {
+  torch::Tensor dst, src;
+};
+
 // Module::load() rebinds each parameter to the storage it read; copying instead keeps every
 // pointer into the parameters (optimizer state, DDP buckets, hooks) valid, and lets us name the
-// tensor that does not fit.
-void load_module(torch::nn::Module& module, torch::serialize::InputArchive& archive,
-                 const std::string& prefix, const std::string& name) {
-  auto restore = [&](const std::string& key, torch::Tensor& dst, bool is_buffer) {
+// tensor that does not fit. Everything is read and checked here, nothing copied yet: a
+// checkpoint that does not fit changes nothing.
+void fit_module(torch::nn::Module& module, torch::serialize::InputArchive& archive,
+                const std::string& prefix, const std::string& name, std::vector<Fit>& out) {
+  auto fit = [&](const std::string& key, torch::Tensor& dst, bool is_buffer) {
     torch::Tensor src;
     if (!archive.try_read(key, src, is_buffer)) {
       throw CheckpointError(name + ": has no " + (is_buffer ? "buffer '" : "parameter '") + prefix +
@@ -42,17 +48,16 @@ void load_module(torch::nn::Module& module, torch::serialize::InputArchive& arch
       throw CheckpointError(name + ": '" + prefix + key + "' is " + tensor_shape(src) +
                             " in the checkpoint, " + tensor_shape(dst) + " in the model");
     }
-    torch::NoGradGuard no_grad;
-    dst.copy_(src);
+    out.push_back({dst, src});
   };
-  for (auto& p : module.named_parameters(/*recurse=*/false)) restore(p.key(), p.value(), false);
-  for (auto& b : module.named_buffers(/*recurse=*/false)) restore(b.key(), b.value(), true);
+  for (auto& p : module.named_parameters(/*recurse=*/false)) fit(p.key(), p.value(), false);
+  for (auto& b : module.named_buffers(/*recurse=*/false)) fit(b.key(), b.value(), true);
   for (auto& child : module.named_children()) {
     torch::serialize::InputArchive child_archive;
     if (!archive.try_read(child.key(), child_archive)) {
       throw CheckpointError(name + ": has no module '" + prefix + child.key() + "'");
     }
-    load_module(*child.value(), child_archive, prefix + child.key() + ".", name);
+    fit_module(*child.value(), child_archive, prefix + child.key() + ".", name, out);
   }
 }
 
@@ -123,23 +128,19 @@ CheckpointMeta decode_checkpoint(const std::string& bytes, const std::string& na
     archive.load_from(p.payload, p.payload_len);
     torch::serialize::InputArchive model_archive;
     if (!archive.try_read("model", model_archive)) throw CheckpointError(name + ": has no model");
-    load_module(model, model_archive, "", name);
-    if (optimizer) {
-      torch::serialize::InputArchive optimizer_archive;
-      if (!archive.try_read("optimizer", optimizer_archive)) {
-        throw CheckpointError(name + ": has no optimizer state");
-      }
-      optimizer->load(optimizer_archive);
+    // Everything is read and checked first, then applied: a checkpoint that does not fit (another
+    // model, no optimizer state, a malformed extra) leaves the model, the optimizer and the
+    // generator as they were. Only the optimizer's own load (libtorch's) is not checked ahead.
+    std::vector<Fit> fits;
+    fit_module(model, model_archive, "", name, fits);
+    torch::serialize::InputArchive optimizer_archive;
+    if (optimizer && !archive.try_read("optimizer", optimizer_archive)) {
+      throw CheckpointError(name + ": has no optimizer state");
     }
-    if (restore_rng) {
-      torch::Tensor state;
-      archive.read("rng_cpu", state, /*is_buffer=*/true);
-      auto gen = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(state);
-    }
+    torch::Tensor rng;
+    if (restore_rng) archive.read("rng_cpu", rng, /*is_buffer=*/true);
+    CheckpointExtras read;
     if (extras) {
-      *extras = {};
       torch::serialize::InputArchive states;
       if (archive.try_read("codec_states", states)) {
         torch::Tensor ranks;
@@ -147,19 +148,30 @@ CheckpointMeta decode_checkpoint(const std::string& bytes, const std::string& na
         for (int64_t r = 0; r < ranks.item<int64_t>(); ++r) {
           torch::Tensor b;
           states.read("rank_" + std::to_string(r), b, true);
-          extras->codec_states.push_back(
+          read.codec_states.push_back(
               byte_string(b, name, "codec state of rank " + std::to_string(r)));
         }
       }
       torch::Tensor sync;
       if (archive.try_read("sync_state", sync, /*is_buffer=*/true)) {
-        extras->sync_state = byte_string(sync, name, "the synchronization mode's state");
+        read.sync_state = byte_string(sync, name, "the synchronization mode's state");
       }
       torch::Tensor train;
       if (archive.try_read("train_state", train, /*is_buffer=*/true)) {
-        extras->train_state = byte_string(train, name, "the committed sample counts");
+        read.train_state = byte_string(train, name, "the committed sample counts");
       }
     }
+    if (optimizer) optimizer->load(optimizer_archive);
+    {
+      torch::NoGradGuard no_grad;
+      for (Fit& f : fits) f.dst.copy_(f.src);
+    }
+    if (restore_rng) {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(rng);
+    }
+    if (extras) *extras = std::move(read);
   } catch (const c10::Error& e) {
     // The checksum matched, so this is a checkpoint of another model or optimizer.
     throw CheckpointError(name +
@@ -199,7 +211,11 @@ fs::path CheckpointDir::save(const CheckpointMeta& meta, torch::nn::Module& mode
   if (ec) throw SystemError("create checkpoint directory " + dir_.string(), ec.value());
   const fs::path path = path_for(meta.step);
   save_checkpoint(path, meta, model, optimizer, extras);
+  // Rotation counts this checkpoint and the ones before it: files of later steps are what a run
+  // resumed from an older checkpoint found corrupt (they are replaced as their steps come), and
+  // counting them would delete this one and the one it resumed from.
   auto files = list();
+  std::erase_if(files, [&](const CheckpointFile& f) { return f.step > meta.step; });
   for (size_t i = 0; i + static_cast<size_t>(keep_) < files.size(); ++i) {
     fs::remove(files[i].path, ec);
     if (ec)
