@@ -509,6 +509,8 @@ TEST(JobConfigDebug, StragglerAndProbeKeysAreValidated) {
 TEST(JobConfigFaults, ErrorsNameTheElementAndItsKey) {
   EXPECT_EQ(error_of("workers: 2\nfaults:\n  - {kind: kill, rank: 2}\n"),
             "job.yaml:3:24: faults[0].rank: expected a rank in [0, 1] (workers is 2), got 2");
+  EXPECT_EQ(error_of("faults:\n  - {kind: kill, rank: 0, at_step: 5, at_step: 500}\n"),
+            "job.yaml:2:39: faults[0].at_step: duplicate key");
   EXPECT_EQ(
       error_of("workers: 2\nfaults:\n  - {kind: kill, rank: 0}\n  - {kind: freeze, rank: 0}\n"),
       "job.yaml:4:12: faults[1].kind: expected one of kill, hang, slow, disconnect, stragglers, "

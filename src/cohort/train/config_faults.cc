@@ -1,4 +1,6 @@
 // The job file's faults list: config.h, "faults".
+#include <set>
+
 #include "cohort/train/config_reading.h"
 
 namespace cohort::train::config_detail {
@@ -67,8 +69,10 @@ void read_faults(const YamlReader& r, const YAML::Node& root, int64_t workers,
       r.fail(at, m,
              "expected a map {kind, rank, at_step, seconds, factor, every}, got " +
                  YamlReader::describe(m));
+    std::set<std::string> seen;
     for (auto it = m.begin(); it != m.end(); ++it) {
       const std::string key = it->first.IsScalar() ? it->first.Scalar() : "?";
+      if (!seen.insert(key).second) r.fail(at + "." + key, it->first, "duplicate key");
       if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
         auto near = closest_match(key, allowed);
         r.fail(at + "." + key, it->first,
