@@ -55,6 +55,10 @@ TEST(K8s, ManifestsOfEveryExampleJobAreValidAgainstTheApiSchema) {
   for (const std::string name : {"fashion-mlp", "fashion-cnn", "synthetic-resnet"}) {
     SCOPED_TRACE(name);
     const fs::path out = dir / (name + ".yaml");
+    // A file already there, readable by everyone (an earlier manifest): the new one is not.
+    std::ofstream(out) << "old\n";
+    fs::permissions(out, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                             fs::perms::others_read);
     auto r = sh(cohort() + " k8s " + source("examples/" + name + ".yaml") +
                 " --image registry.example/cohort:1 --set workers=3 --set elastic.max_restarts=2" +
                 " --token-file " + (dir / "token").string() + " --out " + out.string());

@@ -50,7 +50,10 @@ def train(state):
             state.step += 1
             out.write(json.dumps({"epoch": state.epoch, "step": state.step, "rank": rank,
                                   "world": world, "membership": membership,
-                                  "pid": os.getpid(), "samples": b}) + "\n")
+                                  "pid": os.getpid(), "samples": b,
+                                  "env": {k: os.environ[k] for k in (
+                                      "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                                      "TORCHELASTIC_RESTART_COUNT")}}) + "\n")
             cohort.report(state.step, samples=len(b))
             if state.step % commit_every == 0:
                 # Two workers left: wait at this commit until the replacement asks to join, so
@@ -117,6 +120,17 @@ def main():
                     fail(f"rank {rank} (pid {started_pids[rank]}) did not train in membership {m}")
         if pids[1] != {started_pids[0], started_pids[2]} or started_pids[3] not in pids[2]:
             fail(f"pids by membership epoch: {dict(pids)}; started: {started_pids}")
+        # torchrun's variables as torchrun gives them: ranks in [0, WORLD_SIZE), and the
+        # replacement in the slot of the worker it replaces (rank 1), after one restart.
+        env_of = {s["pid"]: s["env"] for s in steps}
+        want = {started_pids[0]: ("0", "0"), started_pids[2]: ("2", "0"),
+                started_pids[3]: ("1", "1")}
+        for pid, (slot, restarts) in want.items():
+            e = env_of.get(pid, {})
+            if (e.get("RANK"), e.get("LOCAL_RANK"), e.get("TORCHELASTIC_RESTART_COUNT"),
+                    e.get("WORLD_SIZE"), e.get("LOCAL_WORLD_SIZE")) != (slot, slot, restarts,
+                                                                         "3", "3"):
+                fail(f"pid {pid}: environment {e}, expected slot {slot} after {restarts} restarts")
         per_rank_pids = {p["pid"] for p in summary["per_rank"]}
         if per_rank_pids != {started_pids[0], started_pids[2], started_pids[3]}:
             fail(f"summaries from {per_rank_pids}")

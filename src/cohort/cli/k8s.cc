@@ -29,7 +29,6 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -37,6 +36,7 @@
 #include "cohort/base/base64.h"
 #include "cohort/base/checksum.h"
 #include "cohort/base/error.h"
+#include "cohort/base/file.h"
 #include "cohort/base/secret.h"
 #include "cohort/cli/args.h"
 #include "cohort/cli/ps_fleet.h"
@@ -379,10 +379,8 @@ int k8s_main(int argc, char** argv) {
   }
   const std::string text = std::string(out.c_str()) + "\n";
   if (auto file = args.get("out"); file && *file != "-") {
-    const mode_t old = ::umask(077);  // it holds the token
-    std::ofstream f(*file, std::ios::trunc);
-    ::umask(old);
-    if (!(f << text)) throw SystemError("write " + *file, errno);
+    // It holds the token: a new file readable by this user only, whatever was there before.
+    write_file_atomically(*file, text, 0600);
     std::fprintf(stderr, "cohort k8s: wrote %zu manifests for job '%s' to %s\n", m.all().size(),
                  m.job.c_str(), file->c_str());
   } else {

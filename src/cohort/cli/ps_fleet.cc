@@ -130,7 +130,14 @@ void ServerFleet::retire_orphans(const std::vector<int>& members) {
   }
 }
 
+void ServerFleet::release() {
+  released_ = true;
+  control_.reset();
+  for (auto& [index, p] : processes_) p.release();
+}
+
 void ServerFleet::stop() {
+  if (released_) return;
   control_.reset();
   try {
     store_.set(ps::keys::kStop, store::to_bytes("1"));  // servers started elsewhere end too

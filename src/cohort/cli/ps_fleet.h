@@ -52,6 +52,9 @@ class ServerFleet {
   void retire_orphans(const std::vector<int>& members);
   // Stops every server it started (at the end of the job).
   void stop();
+  // This launcher lost the lead of the job (etcd): the servers are the job's, and go on for the
+  // standby that takes it over; stop() then stops nothing.
+  void release();
   nlohmann::json summary() const;
   // The console's rows (ps::ViewManager::rows with each server's pid).
   nlohmann::json rows() const;
@@ -73,6 +76,7 @@ class ServerFleet {
   std::vector<int> retired_;
   int restarts_ = 0, lost_ = 0;
   std::unique_ptr<ps::Client> control_;  // for retirements
+  bool released_ = false;
 };
 
 }  // namespace cohort::cli

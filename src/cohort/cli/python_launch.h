@@ -27,8 +27,10 @@ class TorchRendezvous {
 };
 
 struct PythonWorker {
-  int rank = 0;             // in the job
-  int world_size = 1;       // RANK and WORLD_SIZE as torchrun gives them
+  int rank = 0;             // in the job (COHORT_JOB_RANK)
+  int slot = 0;             // RANK and LOCAL_RANK: a replacement takes the lost worker's
+  int restarts = 0;         // replacements started before it (TORCHELASTIC_RESTART_COUNT)
+  int world_size = 1;       // WORLD_SIZE as torchrun gives it
   std::string coordinator;  // HOST:PORT of the job's coordinator (COHORT_JOIN)
   std::string master_addr;
   uint16_t master_port = 0;

@@ -1,7 +1,7 @@
-// run_job.h: the launcher of one job, in the order a job goes — its run directory and its
-// coordinator (re-adopting the workers a predecessor left running, readopt.h), the workers and
-// parameter servers, the loop that supervises them until the job ends, and the end: every
-// process stopped, summary.json and the report.
+// run_job.h: the launcher of one job (job_launch.h), in the order a job goes — its run directory
+// and its coordinator (re-adopting the workers a predecessor left running, readopt.h), the workers
+// and parameter servers, and the loop that supervises them until the job ends. The end (every
+// process stopped, summary.json and the report) is run_job_end.cc's.
 #include "cohort/cli/run_job.h"
 
 #include <signal.h>
@@ -24,12 +24,12 @@
 #include "cohort/base/host.h"
 #include "cohort/base/log.h"
 #include "cohort/cli/job_files.h"
+#include "cohort/cli/job_launch.h"
 #include "cohort/cli/ps_fleet.h"
 #include "cohort/cli/python_launch.h"
 #include "cohort/cli/readopt.h"
 #include "cohort/cli/run_report.h"
 #include "cohort/cli/stop_signals.h"
-#include "cohort/comm/transport/shm_pair.h"
 #include "cohort/elastic/coordinator.h"
 #include "cohort/elastic/job_protocol.h"
 #include "cohort/elastic/process.h"
@@ -76,82 +76,9 @@ std::unique_ptr<monitor::LiveConsole> start_console(const train::JobConfig& cfg,
   return console;
 }
 
-class JobLaunch {
- public:
-  JobLaunch(const train::JobConfig& cfg, const RunSettings& settings);
-  int run();
+}  // namespace
 
- private:
-  void open_run_dir();
-  // The coordinator: one that re-adopts the workers a predecessor left running (--resume of a run
-  // whose coordinator died), or, when none of them answers or there is none, a fresh one.
-  void start_coordinator();
-  std::unique_ptr<elastic::Coordinator> make_coordinator(bool readopt) const;
-  void announce();
-  void start_workers();
-  pid_t spawn(int rank);
-  // A local worker's share of this machine's CPUs (RunSettings::bind_to_cpus).
-  void bind_to_share(elastic::SpawnOptions& how, int rank) const;
-  // Whether a worker may still join: restarts left, or a replacement not yet admitted. Workers
-  // started elsewhere (--external-workers) are never replaced by this launcher.
-  bool joiners_possible();
-  // Reads each member's live status (its recent busy times) and reports new stragglers.
-  void check_stragglers();
-  // One pass of the supervising loop; false once the job has ended (status_ and error_ say how).
-  bool supervise_once();
-  bool end(std::string status, std::string error);
-  void forward_metrics();
-  void forward_worker_events();
-  void reap_workers();
-  void follow_membership();
-  void watch_for_hangs();
-  // The end: every process stopped, summary.json written, the report printed. The exit code.
-  int finish();
-  json summarize(double wall, json exits);
-
-  const train::JobConfig& cfg_;
-  const RunSettings& settings_;
-  const bool python_;
-  // Under mpirun the workers are one process of this launcher's, not one each: it tracks them
-  // through the coordinator, as workers started elsewhere. So are a predecessor's workers.
-  bool external_;
-  std::optional<SlurmAllocation> slurm_;
-  fs::path run_dir_;
-  std::unique_ptr<EventLog> events_;
-
-  std::string job_store_;
-  bool readoptable_ = false;
-  std::optional<CoordinatorRecord> previous_;
-  std::string token_file_, token_;
-  bool own_token_file_ = false;
-  std::unique_ptr<elastic::Coordinator> coordinator_;
-  std::string local_join_, join_;
-  std::unique_ptr<monitor::LiveConsole> console_;
-
-  Clock::time_point start_;
-  std::unique_ptr<WorkerCommand> command_;
-  std::unique_ptr<ProcessStarter> starter_;
-  std::string local_host_;
-  // Worker processes by rank in the job: 0 .. workers-1, then replacements workers, workers+1, ...
-  std::map<int, elastic::ChildProcess> workers_;
-  std::map<int, bool> exit_ok_;  // by rank, once its process exited: whether it succeeded
-  int next_rank_ = 0;
-  int restarts_ = 0;
-  std::unique_ptr<store::Store> ps_store_;
-  std::unique_ptr<ServerFleet> servers_;
-  std::unique_ptr<TorchRendezvous> rendezvous_;  // a Python program's env:// rendezvous
-  std::optional<elastic::ChildProcess> group_;   // --launcher mpirun
-
-  std::unique_ptr<store::Store> debug_store_;
-  std::unique_ptr<trace::HangWatch> hang_watch_;
-  Clock::time_point next_hang_check_, next_straggler_check_;
-  std::ofstream metrics_;
-  ProgressPrinter progress_;
-  trace::StragglerWatch stragglers_;
-
-  std::string status_ = "completed", error_;
-  std::vector<std::string> losses_;  // "rank R (host, pid P): cause", in order
-};
+namespace detail {
 
 JobLaunch::JobLaunch(const train::JobConfig& cfg, const RunSettings& settings)
     : cfg_(cfg),
@@ -178,11 +105,18 @@ int JobLaunch::run() {
     return 0;
   }
   announce();
-  start_workers();
-  while (supervise_once()) {
-    // While the membership changes, the survivors' ready reports come within milliseconds: look
-    // for them that often. Otherwise the next tick, or at once when a worker ends.
-    wait_for_event(std::chrono::milliseconds(coordinator_->changing() ? 2 : 50));
+  try {
+    start_workers();
+    while (supervise_once()) {
+      // While the membership changes, the survivors' ready reports come within milliseconds:
+      // look for them that often. Otherwise the next tick, or at once when a worker ends.
+      wait_for_event(std::chrono::milliseconds(coordinator_->changing() ? 2 : 50));
+    }
+  } catch (const std::exception& e) {
+    // This launcher cannot go on (a replacement it could not start, a run directory it cannot
+    // write): the job ends as every failed one does, its workers stopped and its summary written.
+    spdlog::error("{}", e.what());
+    end("failed", std::string("the launcher: ") + e.what());
   }
   return finish();
 }
@@ -331,7 +265,7 @@ void JobLaunch::start_workers() {
   }
   if (python_) rendezvous_ = std::make_unique<TorchRendezvous>(local_host_, 0, cfg_.workers);
   for (int r = 0; r < (external_ ? 0 : cfg_.workers); ++r) {
-    pid_t pid = spawn(r);
+    pid_t pid = spawn(r, r);
     events_->write({{"event", "worker_started"}, {"rank", r}, {"pid", pid}});
   }
   // --launcher mpirun: every worker under one mpirun, which ends once they all have.
@@ -352,12 +286,15 @@ void JobLaunch::start_workers() {
   metrics_.open(run_dir_ / "metrics.jsonl", std::ios::app);
 }
 
-pid_t JobLaunch::spawn(int r) {
+pid_t JobLaunch::spawn(int r, int slot) {
+  slot_of_[r] = slot;
   std::string log = (run_dir_ / "logs" / ("rank-" + std::to_string(r) + ".log")).string();
   WorkerCommand w = *command_;
   w.log = log;
   elastic::SpawnOptions how =
       python_  ? python_worker_process(cfg_, {.rank = r,
+                                              .slot = slot,
+                                              .restarts = restarts_,
                                               .world_size = static_cast<int>(cfg_.workers),
                                               .coordinator = local_join_,
                                               .master_addr = local_host_,
@@ -367,7 +304,7 @@ pid_t JobLaunch::spawn(int r) {
                                               .log = log})
       : slurm_ ? slurm_worker(*slurm_, w, r)
                : local_worker(w, r);
-  if (!slurm_) bind_to_share(how, r);
+  if (!slurm_) bind_to_share(how, slot);
   // With the store in etcd the workers outlive this process: a standby takes them over; with
   // the embedded store, a coordinator started again with --resume (readopt.h).
   how.die_with_parent = !store::is_etcd(join_) && !readoptable_;
@@ -378,12 +315,12 @@ pid_t JobLaunch::spawn(int r) {
   return pid;
 }
 
-void JobLaunch::bind_to_share(elastic::SpawnOptions& how, int rank) const {
+void JobLaunch::bind_to_share(elastic::SpawnOptions& how, int slot) const {
   if (!settings_.bind_to_cpus) return;
   const auto workers = static_cast<int>(cfg_.workers);
   const std::vector<int> cpus = allowed_cpus();
   // A replacement takes the share of the rank it replaces; none when oversubscribed.
-  how.cpus = cpu_share(cpus, rank % workers, workers);
+  how.cpus = cpu_share(cpus, slot, workers);
   if (!how.cpus.empty()) how.env[kHostCpusVariable] = std::to_string(cpus.size());
 }
 
@@ -397,51 +334,6 @@ bool JobLaunch::joiners_possible() {
       return true;
     }
   }
-  return false;
-}
-
-void JobLaunch::check_stragglers() {
-  const auto& members = coordinator_->members();
-  for (int r = 0; r < next_rank_; ++r) {
-    if (std::find(members.begin(), members.end(), r) == members.end()) {
-      stragglers_.forget(r);
-      continue;
-    }
-    const std::string key = elastic::keys::status(r);
-    if (!debug_store_->check({key})) continue;
-    try {
-      json st = json::parse(store::to_string(debug_store_->get(key)));
-      if (!st.contains("busy")) continue;
-      std::vector<double> busy;
-      for (int64_t us : st["busy"].value("us", std::vector<int64_t>{})) busy.push_back(us / 1e6);
-      stragglers_.observe(r, st["busy"].value("first_step", int64_t{0}), busy);
-    } catch (const json::exception&) {
-      // A record from a worker of another version: not ours to judge.
-    }
-  }
-  for (const trace::Straggler& s : stragglers_.poll()) {
-    json e = s.to_json();
-    e["event"] = "straggler";
-    e["margin"] = cfg_.debug.straggler_margin;
-    events_->write(e);
-    spdlog::warn("{}", s.describe());
-    progress_.end_line();
-    std::printf("cohort: %s\n", s.describe().c_str());
-    std::fflush(stdout);
-  }
-}
-
-bool JobLaunch::end(std::string status, std::string error) {
-  // Slurm ending the job signals the workers' steps and this launcher at once: a worker's death
-  // may be seen first. That is a cancelled job, not a failed one.
-  if (status == "failed" && slurm_) {
-    if (auto why = slurm_->ending(); !why.empty()) {
-      status = "cancelled";
-      error = "Slurm is ending job " + slurm_->job_id + " (" + why + "); " + error;
-    }
-  }
-  status_ = std::move(status);
-  error_ = std::move(error);
   return false;
 }
 
@@ -512,34 +404,19 @@ void JobLaunch::follow_membership() {
     if (external_ || restarts_ >= cfg_.elastic.max_restarts) continue;
     ++restarts_;
     int r = next_rank_++;
-    pid_t pid = spawn(r);
+    const auto was = slot_of_.find(lost);
+    pid_t pid = spawn(r, was != slot_of_.end() ? was->second : lost % cfg_.workers);
     events_->write({{"event", "worker_started"}, {"rank", r}, {"pid", pid}, {"replaces", lost}});
     if (console_) console_->monitor().add_worker(r, lost);
   }
   coordinator_->expect_joiners(joiners_possible());
 }
 
-void JobLaunch::watch_for_hangs() {
-  // Faster than the workers publish (twice a second), so that no record is missed.
-  if (cfg_.workers > 1 && Clock::now() >= next_straggler_check_) {
-    next_straggler_check_ = Clock::now() + std::chrono::milliseconds(250);
-    check_stragglers();
-  }
-  if (Clock::now() >= next_hang_check_) {
-    next_hang_check_ = Clock::now() + std::chrono::seconds(1);
-    if (hang_watch_->stalled()) {
-      progress_.end_line();
-      report_hang(*hang_watch_, workers_, run_dir_, *events_,
-                  "no rank made progress for " +
-                      std::to_string(static_cast<long>(cfg_.debug.hang_timeout_s)) + " s");
-    }
-  }
-}
-
 bool JobLaunch::supervise_once() {
   if (!coordinator_->leads()) {
     for (auto& [r, w] : workers_) w.release();
     if (group_) group_->release();
+    if (servers_) servers_->release();
     return end("failed",
                "this coordinator lost the lead of the job (its etcd lease expired); a standby "
                "that takes it over goes on with the workers");
@@ -600,94 +477,7 @@ bool JobLaunch::supervise_once() {
   return true;
 }
 
-json JobLaunch::summarize(double wall, json exits) {
-  json summary;
-  auto per_rank = coordinator_->summaries();
-  if (status_ == "completed" && !per_rank && !python_) {
-    end("failed", "workers exited without reporting a summary");
-  }
-  if (per_rank && python_) {
-    summary = python_summary(*per_rank, cfg_, wall);
-  } else if (per_rank) {
-    summary = aggregate_summary(*per_rank, cfg_, wall);
-  } else {
-    summary = {{"name", cfg_.name}, {"world_size", cfg_.workers}, {"wall_seconds", wall}};
-  }
-  const auto& rs = coordinator_->recovery_stats();
-  summary["recoveries"] = rs.recoveries;
-  summary["recovery_seconds_max"] = rs.recovery_seconds_max;
-  summary["steps_rolled_back"] = rs.steps_rolled_back;
-  summary["final_world_size"] = per_rank ? per_rank->size() : coordinator_->members().size();
-  summary["workers_lost"] = losses_.size();
-  summary["restarts"] = restarts_;
-  summary["membership_epoch"] = coordinator_->epoch();
-  if (servers_) summary["servers"] = servers_->summary();
-  if (!coordinator_->took_over_from().empty()) {
-    summary["took_over_from"] = coordinator_->took_over_from();
-    if (coordinator_->takeover_seconds() >= 0)
-      summary["coordinator_takeover_seconds"] = coordinator_->takeover_seconds();
-  }
-  summary["exits"] = std::move(exits);
-  summary["status"] = status_;
-  if (!error_.empty()) summary["error"] = error_;
-  return summary;
-}
-
-int JobLaunch::finish() {
-  // Workers that still run (started elsewhere, or by a predecessor) leave when told.
-  coordinator_->end_job(status_);
-  // The last statuses: a short job may end before the once-a-second check saw a full window.
-  if (cfg_.workers > 1) check_stragglers();
-  for (auto& m : coordinator_->poll_metrics()) {
-    metrics_ << m.dump() << "\n";
-    progress_.record(m);
-    if (console_) console_->monitor().add_metric(m);
-  }
-  progress_.end_line();
-  json exits = json::object();  // how each worker process ended, by rank
-  if (group_) exits["mpirun"] = group_->terminate(std::chrono::seconds(5)).describe();
-  for (auto& [r, w] : workers_) {
-    // A worker the job went on without may be stopped: SIGTERM would wait for it to be resumed.
-    if (coordinator_->is_lost(r)) w.signal(SIGKILL);
-    exits[std::to_string(r)] = w.terminate(std::chrono::seconds(5)).describe();
-  }
-  if (servers_) servers_->stop();
-  comm::transport::ShmSegment::remove_orphans_of(::getpid());  // of workers killed in setup
-  const double wall = std::chrono::duration<double>(Clock::now() - start_).count();
-  const json summary = summarize(wall, std::move(exits));
-  write_file_atomically(run_dir_ / "summary.json", summary.dump(2) + "\n");
-  events_->write({{"event", "job_" + status_}, {"error", error_}});
-  spdlog::info("job {}{}", status_, error_.empty() ? "" : ": " + error_);
-  if (console_) console_->monitor().finish(status_, summary);
-  coordinator_->forget_job();
-  if (readoptable_) {
-    fs::remove(record_path(run_dir_));
-    if (own_token_file_) fs::remove(token_file_);
-  }
-
-  if (status_ == "completed") {
-    if (python_) {
-      print_python_report(summary, run_dir_.string());
-    } else {
-      print_report(summary, run_dir_.string());
-    }
-    return 0;
-  }
-  std::fprintf(stderr, "\ncohort: job %s: %s\n", status_.c_str(), error_.c_str());
-  if (status_ == "failed") {
-    for (auto& [r, w] : workers_) {
-      auto st = w.poll();
-      if (st && !st->ok() && st->signal != SIGTERM && st->signal != SIGKILL) {
-        auto log = run_dir_ / "logs" / ("rank-" + std::to_string(r) + ".log");
-        std::fprintf(stderr, "--- last lines of %s ---\n%s\n", log.c_str(), tail_of(log).c_str());
-        break;
-      }
-    }
-  }
-  return status_ == "cancelled" ? 130 : 1;
-}
-
-}  // namespace
+}  // namespace detail
 
 std::string timestamp_for_dir() {
   std::time_t t = std::time(nullptr);
@@ -699,7 +489,7 @@ std::string timestamp_for_dir() {
 }
 
 int run_job(const train::JobConfig& cfg, const RunSettings& settings) {
-  return JobLaunch(cfg, settings).run();
+  return detail::JobLaunch(cfg, settings).run();
 }
 
 }  // namespace cohort::cli

@@ -41,7 +41,9 @@ uint16_t TorchRendezvous::port() const {
 elastic::SpawnOptions python_worker_process(const train::JobConfig& cfg, const PythonWorker& w) {
   std::vector<std::string> args = {"-u", fs::absolute(cfg.program.python).string()};
   args.insert(args.end(), cfg.program.args.begin(), cfg.program.args.end());
-  const std::string rank = std::to_string(w.rank), world = std::to_string(w.world_size);
+  // torchrun's ranks are in [0, WORLD_SIZE): a replacement gets the slot of the worker it
+  // replaces; Cohort's own rank in the job is COHORT_JOB_RANK.
+  const std::string rank = std::to_string(w.slot), world = std::to_string(w.world_size);
   const std::string threads = std::to_string(cfg.threads_per_worker);
   return {
       .executable = cfg.program.interpreter,
@@ -57,13 +59,13 @@ elastic::SpawnOptions python_worker_process(const train::JobConfig& cfg, const P
               {"MASTER_PORT", std::to_string(w.master_port)},
               {"TORCHELASTIC_USE_AGENT_STORE", "True"},
               // What torchrun's workers also see (env:// reads the restart count).
-              {"TORCHELASTIC_RESTART_COUNT", "0"},
+              {"TORCHELASTIC_RESTART_COUNT", std::to_string(w.restarts)},
               {"TORCHELASTIC_MAX_RESTARTS", std::to_string(cfg.elastic.max_restarts)},
               {"TORCHELASTIC_RUN_ID", fs::path(w.run_dir).filename().string()},
               {"GROUP_WORLD_SIZE", "1"},
               {"ROLE_NAME", "default"},
               {"COHORT_JOIN", w.coordinator},
-              {"COHORT_JOB_RANK", rank},
+              {"COHORT_JOB_RANK", std::to_string(w.rank)},
               {"COHORT_TOKEN", w.token},
               {"COHORT_RUN_DIR", w.run_dir},
               {"OMP_NUM_THREADS", threads},

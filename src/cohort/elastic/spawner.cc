@@ -15,6 +15,7 @@
 #include <thread>
 #include <variant>
 
+#include "cohort/base/clock.h"
 #include "cohort/base/cpu_binding.h"
 #include "cohort/base/error.h"
 
@@ -163,9 +164,14 @@ ChildProcess Spawner::spawn(const SpawnOptions& options) {
                   {"cpus", options.cpus}};
   std::lock_guard lock(mu_);
   send_message(fd_, q.dump());
-  pollfd p{.fd = fd_, .events = POLLIN, .revents = 0};
-  const int ready =
-      ::poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kAnswerTimeout).count()));
+  // A signal to this process (SIGCHLD of another worker, SIGINT) interrupts the wait, not the
+  // spawn: it goes on waiting for the answer, or the spawner's worker would be started twice.
+  const Deadline until = Deadline::after(kAnswerTimeout);
+  int ready = 0;
+  do {
+    pollfd p{.fd = fd_, .events = POLLIN, .revents = 0};
+    ready = ::poll(&p, 1, until.poll_timeout_ms());
+  } while (ready < 0 && errno == EINTR && !until.expired());
   if (ready <= 0) {
     throw Error("spawner (pid " + std::to_string(server_.pid()) + ") did not answer within " +
                 std::to_string(kAnswerTimeout.count()) + " s");
