@@ -587,8 +587,9 @@ TEST_F(ServerWire, RequestsForNoSuchSlotOrOverlappingRangesAreRefusedAndTheShard
   }
   // Both workers' clock 0 is applied and answered.
   std::vector<float> out0(4), out1(4);
-  auto a = w0.push_pull(w0.all_keys(), gradient(0, 0, 4), out0, {.clock = 0, .lr = 1});
-  auto b = w1.push_pull(w1.all_keys(), gradient(1, 0, 4), out1, {.clock = 0, .lr = 1});
+  const std::vector<float> g0 = gradient(0, 0, 4), g1 = gradient(1, 0, 4);  // read until done
+  auto a = w0.push_pull(w0.all_keys(), g0, out0, {.clock = 0, .lr = 1});
+  auto b = w1.push_pull(w1.all_keys(), g1, out1, {.clock = 0, .lr = 1});
   a->wait(Millis(3000));
   b->wait(Millis(3000));
   const ShardStatus status = w0.status()[0];
