@@ -109,12 +109,16 @@ void StoreServer::Impl::journal(const std::string& key) {
     // journal that lacks what was acknowledged from here on.
     const std::string path = journal_->path();
     std::error_code ec;
+    std::string moved = "renamed *.abandoned";
     std::filesystem::rename(path, path + ".abandoned", ec);
-    if (ec) std::filesystem::remove(path, ec);
+    if (ec) {
+      std::filesystem::remove(path, ec);
+      moved = ec ? "could not remove it: " + ec.message() : "removed";
+    }
     spdlog::error(
         "store: gave up the journal {} ({}): {}; a coordinator started again over this "
         "run directory restarts from its checkpoints",
-        path, ec ? "could not remove it: " + ec.message() : "renamed *.abandoned", e.what());
+        path, moved, e.what());
     journal_.reset();
   }
 }
