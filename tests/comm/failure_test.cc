@@ -233,6 +233,35 @@ TEST(Failure, SetupTimeoutNamesTheMissingRankWhenPairsConnectOnFirstUse) {
   expect_setup_to_name_the_last_rank(4, 1, "ranks never joined: ");
 }
 
+// Rank 0 published its address and then gave the setup up: its listener is gone, and every dial
+// of rank 1 is refused. Told to give up too, rank 1 stops dialling within a setup slice, not at
+// the setup's deadline.
+TEST(Failure, ARankToldToGiveUpStopsDiallingAPeerWhoseListenerIsGone) {
+  store::MemoryStore store;
+  CommConfig c = testing::test_config(1, 2);
+  c.timeout = 20s;
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  c.setup_cancelled = cancel;
+  uint16_t closed_port = 0;
+  {
+    net::Listener gone = net::Listener::bind("127.0.0.1", 0);
+    closed_port = gone.port();
+  }
+  store.set(c.store_prefix + "/addr/0",
+            store::to_bytes(net::Endpoint{"127.0.0.1", closed_port}.str()));
+  auto setup = std::async(std::launch::async,
+                          [&] { return caught([&] { Communicator::create(store, c); }); });
+  ASSERT_EQ(setup.wait_for(500ms), std::future_status::timeout) << "setup ended untold";
+  const auto told = Clock::now();
+  cancel->store(true);
+  ASSERT_EQ(setup.wait_for(5s), std::future_status::ready) << "still dialling after being told";
+  EXPECT_LT(seconds_since(told), 1.0);
+  const std::exception_ptr error = setup.get();
+  EXPECT_THROW(std::rethrow_exception(error), AbortedError) << message_of(error);
+  EXPECT_NE(message_of(error).find("rank 1 of 2 was told to give up"), std::string::npos)
+      << message_of(error);
+}
+
 // A world whose pairs connect on first use agrees on its hosts through two store records: each
 // rank's "joined/<rank>" ("<host> cpus=C shm=0|1") and rank 0's "world" ("<host number of each
 // rank> shm=0|1 per_cpu=K"). A record that does not read so (a store shared with something else,

@@ -220,6 +220,23 @@ void wait_for_keys(store::Store& store, const CommConfig& o, const std::vector<s
   }
 }
 
+namespace {
+
+// Connects to `ep` until `deadline` (TimeoutError), in setup slices: a listener that is gone (its
+// rank gave the setup up) refuses every try, and a rank told to give up must not go on dialling.
+net::Socket connect_in_slices(const CommConfig& o, const net::Endpoint& ep, Deadline deadline) {
+  for (;;) {
+    const Deadline slice = setup_slice(o, deadline);
+    try {
+      return net::Socket::connect(ep, slice);
+    } catch (const TimeoutError&) {
+      if (deadline.expired() || !o.setup_cancelled) throw;
+    }
+  }
+}
+
+}  // namespace
+
 PeerLink dial_peer(store::Store& store, const CommConfig& o, const std::string& me, int j,
                    Deadline deadline) {
   const std::string key = o.store_prefix + "/addr/" + std::to_string(j);
@@ -230,7 +247,7 @@ PeerLink dial_peer(store::Store& store, const CommConfig& o, const std::string& 
     try {
       wait_for_keys(store, o, {key}, deadline);
       auto ep = net::Endpoint::parse(store::to_string(store.get(key)));
-      s = net::Socket::connect(ep, deadline);
+      s = connect_in_slices(o, ep, deadline);
       info = net::handshake_as_client(s, o.token, me, deadline, &session);
       break;
     } catch (const TimeoutError& e) {

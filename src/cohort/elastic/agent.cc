@@ -198,7 +198,10 @@ void WorkerAgent::beat(store::Store& store, Clock::time_point& next_beat) {
   if (epoch >= 0 && requested_.load() > epoch) {
     if (to_string(store.get(keys::request(epoch + 1))) == "abort") {
       std::lock_guard lk(comm_mu_);
-      if (comm_ && connected_epoch_.load() == epoch) {
+      if (connected_epoch_.load() != epoch) {
+        // The worker moved on to the epoch this request made (or a later one) since `epoch` was
+        // read: the request is answered, and the setup under way is not the one it supersedes.
+      } else if (comm_) {
         comm_->abort("membership epoch " + std::to_string(epoch + 1) +
                      " was requested (a worker was lost)");
       } else if (setup_cancel_ && !setup_cancel_->exchange(true)) {
