@@ -166,34 +166,47 @@ TEST(ServerModes, TheOthersWaitWhileRankZeroEvaluatesAndThatIsNotTrainingTime) {
   fs::remove_all(dir);
 }
 
-// `cohort run` in the background; kills the process of parameter server `server` (SIGKILL) once
-// rank 0 has logged step `at_step`, and waits for the job. Returns its exit code.
+// `cohort run` of fashion-mlp in the background as $job, then `drill` (a shell script that ends
+// with `wait $job`). Returns the job's exit code. The job is killed at the test's limit too (the
+// launcher leads a process group of its own, which a kill of the script does not reach).
+int run_drill(const fs::path& dir, const std::vector<std::string>& sets, const std::string& drill) {
+  std::string cmd = "timeout -s KILL 280 " + std::string(COHORT_BINARY) + " run " +
+                    COHORT_SOURCE_DIR + "/examples/fashion-mlp.yaml --run-dir " + dir.string();
+  for (const auto& s : sets) cmd += " --set '" + s + "'";
+  const fs::path path = dir / "drill.sh";
+  std::ofstream(path) << cmd + " > " + (dir / "run.out").string() + " 2>&1 & job=$!\n" + drill;
+  return e2e::sh("bash " + path.string(), 300).exit_code;
+}
+
+// A shell expression for the pid in the first `event` (server_started, worker_started) whose `who`
+// (server, rank) is `n`.
+std::string started_pid(const fs::path& dir, const std::string& event, const std::string& who,
+                        int n) {
+  return "$(grep '\"event\":\"" + event + "\"' " + (dir / "events.jsonl").string() + " | grep '\"" +
+         who + "\":" + std::to_string(n) +
+         ",' | head -n 1 | sed -n 's/.*\"pid\":\\([0-9]*\\).*/\\1/p')";
+}
+
+// Kills the process of parameter server `server` (SIGKILL) once rank 0 has logged step `at_step`
+// (its progress records).
 int run_and_kill_server(const fs::path& dir, const std::vector<std::string>& sets, int server,
                         int at_step) {
-  std::string cmd = std::string(COHORT_BINARY) + " run " + COHORT_SOURCE_DIR +
-                    "/examples/fashion-mlp.yaml --run-dir " + dir.string();
-  for (const auto& s : sets) cmd += " --set '" + s + "'";
-  const std::string events = (dir / "events.jsonl").string();
   const std::string metrics = (dir / "metrics.jsonl").string();
-  // The server's pid from its server_started event; the step from the progress records.
-  const std::string script = cmd + " > " + (dir / "run.out").string() + " 2>&1 & job=$!\n" +
-                             "for i in $(seq 1 600); do\n"
-                             "  step=$(tail -n 1 " +
-                             metrics +
-                             " 2>/dev/null | sed -n 's/.*\"step\":\\([0-9]*\\).*/\\1/p')\n"
-                             "  [ -n \"$step\" ] && [ \"$step\" -ge " +
-                             std::to_string(at_step) +
-                             " ] && break\n"
-                             "  sleep 0.05\n"
-                             "done\n"
-                             "pid=$(grep '\"event\":\"server_started\"' " +
-                             events + " | grep '\"server\":" + std::to_string(server) +
-                             ",' | head -n 1 | sed -n 's/.*\"pid\":\\([0-9]*\\).*/\\1/p')\n"
-                             "kill -9 \"$pid\"\n"
-                             "wait $job\n";
-  const fs::path path = dir / "drill.sh";
-  std::ofstream(path) << script;
-  return e2e::sh("bash " + path.string(), 300).exit_code;
+  return run_drill(dir, sets,
+                   "for i in $(seq 1 600); do\n"
+                   "  step=$(tail -n 1 " +
+                       metrics +
+                       " 2>/dev/null | sed -n 's/.*\"step\":\\([0-9]*\\).*/\\1/p')\n"
+                       "  [ -n \"$step\" ] && [ \"$step\" -ge " +
+                       std::to_string(at_step) +
+                       " ] && break\n"
+                       "  sleep 0.05\n"
+                       "done\n"
+                       "pid=" +
+                       started_pid(dir, "server_started", "server", server) +
+                       "\n"
+                       "kill -9 \"$pid\"\n"
+                       "wait $job\n");
 }
 
 // A parameter server SIGKILLed mid-training: its shards go on at their backups, a replacement
@@ -270,6 +283,70 @@ TEST(ServerModes, AReplacementWorkerTakesOverTheLostWorkersSlot) {
   // It trained (a diverged run stays at 0.10). How far one async epoch gets depends on how the
   // pushes interleave, which a loaded machine changes: 0.7466 was seen under a full parallel run.
   EXPECT_GE(s["test_accuracy"].get<double>(), 0.70) << s.dump(2);
+  fs::remove_all(dir);
+}
+
+// Rank 0 initialises the servers from the seed's model once the job has started. Stopped right
+// after it joined (SIGSTOP: long before that), it is declared lost and the others start again
+// without it; the new lowest rank, whose model is still the seed's, sets the servers. Returns
+// the summary, once the drill showed that rank 0 never reached the servers.
+json run_with_rank0_lost_before_the_servers_were_set(const fs::path& dir, int max_restarts) {
+  const std::string rank0_log = (dir / "logs" / "rank-0.log").string();
+  const int rc = run_drill(
+      dir,
+      servers("async", 2,
+              {"workers=3", "train.epochs=1", "checkpoint.every_steps=0",
+               "elastic.max_restarts=" + std::to_string(max_restarts), "elastic.min_workers=2",
+               "elastic.heartbeat_s=0.2", "elastic.failure_timeout_s=2"}),
+      "for i in $(seq 1 1200); do grep -qs 'joined job' " + rank0_log +
+          " && break; sleep 0.05; done\n"
+          "pid=" +
+          started_pid(dir, "worker_started", "rank", 0) +
+          "\n"
+          "kill -STOP \"$pid\"\n"
+          "for i in $(seq 1 1200); do grep '\"event\":\"worker_lost\"' " +
+          (dir / "events.jsonl").string() +
+          " | grep -qs '\"rank\":0,' && break; sleep 0.05; done\n"
+          "kill -9 \"$pid\"\n"
+          "wait $job\n");
+  EXPECT_EQ(rc, 0) << e2e::slurp(dir / "run.out");
+  // Stopped before it reached the servers: the path under test was taken.
+  EXPECT_EQ(e2e::slurp(rank0_log).find("training worker slot"), std::string::npos)
+      << e2e::slurp(rank0_log);
+  const json s = read_json(dir / "summary.json");
+  EXPECT_EQ(s["status"], "completed") << s.dump(2);
+  for (const json& rank : s["per_rank"]) {
+    EXPECT_NE(rank["job_rank"], 0) << s.dump(2);
+    EXPECT_EQ(rank["parameter_digest"], s["per_rank"][0]["parameter_digest"]);
+    EXPECT_GT(rank["pushes"].get<int64_t>(), 0) << rank.dump(2);
+  }
+  EXPECT_GE(s["test_accuracy"].get<double>(), 0.70) << s.dump(2);
+  return s;
+}
+
+// No replacement: the slot rank 0 never claimed is retired, and the job trains to the end on the
+// two slots left.
+TEST(ServerModes, AStartThatFailedBeforeTheServersWereSetIsRecoveredFrom) {
+  const fs::path dir = e2e::fresh_dir("sync", "ps-start-fails");
+  const json s = run_with_rank0_lost_before_the_servers_were_set(dir, 0);
+  EXPECT_EQ(s["servers"]["retired_slots"], json::array({0})) << s.dump(2);
+  EXPECT_EQ(s["per_rank"].size(), 2u) << s.dump(2);
+  fs::remove_all(dir);
+}
+
+// With a replacement: it takes the slot rank 0 never claimed, and nothing is retired.
+TEST(ServerModes, AReplacementTakesTheSlotItsWorkerDiedBeforeClaiming) {
+  const fs::path dir = e2e::fresh_dir("sync", "ps-start-fails-replaced");
+  const json s = run_with_rank0_lost_before_the_servers_were_set(dir, 1);
+  EXPECT_EQ(s["servers"]["retired_slots"], json::array()) << s.dump(2);
+  bool replacement = false;
+  for (const json& rank : s["per_rank"]) {
+    if (rank["job_rank"] != 3) continue;
+    replacement = true;
+    EXPECT_EQ(rank["slot"], 0) << rank.dump(2);
+  }
+  EXPECT_TRUE(replacement) << s.dump(2);
+  expect_one_epoch_each_sample_once(s);
   fs::remove_all(dir);
 }
 

@@ -8,6 +8,7 @@
 #include "cohort/base/log.h"
 #include "cohort/cli/job_files.h"
 #include "cohort/ps/client.h"
+#include "cohort/ps/view.h"
 #include "cohort/store/connect.h"
 #include "cohort/train/server_settings.h"
 
@@ -108,12 +109,16 @@ std::optional<std::string> ServerFleet::tick() {
 }
 
 void ServerFleet::retire_orphans(const std::vector<int>& members) {
-  if (!manager_.ready() || static_cast<int64_t>(members.size()) >= cfg_.workers) return;
+  if (!manager_.ready()) return;
+  collect_retirements();
+  if (static_cast<int64_t>(members.size()) >= cfg_.workers) return;
   for (int slot = 0; slot < cfg_.workers; ++slot) {
-    if (std::find(retired_.begin(), retired_.end(), slot) != retired_.end()) continue;
-    const std::string key = ps::keys::slot(slot);
-    if (!store_.check({key})) continue;
-    const int owner = std::stoi(store::to_string(store_.get(key)));
+    if (std::find(retired_.begin(), retired_.end(), slot) != retired_.end() ||
+        retiring_.count(slot)) {
+      continue;
+    }
+    // Unclaimed, the slot is its own worker's of the start, which may have died before claiming.
+    const int owner = ps::slot_owner(store_, slot).rank;
     if (std::find(members.begin(), members.end(), owner) != members.end()) continue;
     if (!control_) {
       control_ =
@@ -123,21 +128,40 @@ void ServerFleet::retire_orphans(const std::vector<int>& members) {
                                                          .timeout = ms(cfg_.comm.timeout_s)},
                                        ps::Layout({}, static_cast<int>(cfg_.parameter_servers)));
     }
-    control_->control(ps::Control::kRetire, static_cast<uint32_t>(slot))->wait();
-    retired_.push_back(slot);
-    events_.write({{"event", "slot_retired"}, {"slot", slot}});
-    spdlog::warn("worker slot {} retired: its worker is gone and none will replace it", slot);
+    // Not waited for here: the supervising loop goes on while the shards are not set yet.
+    retiring_[slot] = control_->control(ps::Control::kRetire, static_cast<uint32_t>(slot));
+  }
+}
+
+void ServerFleet::collect_retirements() {
+  for (auto it = retiring_.begin(); it != retiring_.end();) {
+    const auto& [slot, work] = *it;
+    if (!work->is_completed()) {
+      ++it;
+      continue;
+    }
+    try {
+      work->wait();
+      retired_.push_back(slot);
+      events_.write({{"event", "slot_retired"}, {"slot", slot}});
+      spdlog::warn("worker slot {} retired: its worker is gone and none will replace it", slot);
+    } catch (const Error& e) {
+      spdlog::warn("worker slot {} could not be retired yet ({}): trying again", slot, e.what());
+    }
+    it = retiring_.erase(it);
   }
 }
 
 void ServerFleet::release() {
   released_ = true;
+  retiring_.clear();
   control_.reset();
   for (auto& [index, p] : processes_) p.release();
 }
 
 void ServerFleet::stop() {
   if (released_) return;
+  retiring_.clear();
   control_.reset();
   try {
     store_.set(ps::keys::kStop, store::to_bytes("1"));  // servers started elsewhere end too

@@ -17,6 +17,9 @@
 #include "cohort/ps/view.h"
 #include "cohort/train/config.h"
 
+namespace cohort::comm {
+class Work;
+}
 namespace cohort::ps {
 class Client;
 }
@@ -63,6 +66,8 @@ class ServerFleet {
 
  private:
   void spawn(int index);
+  // Records the retirements that completed; one that failed is tried again by retire_orphans.
+  void collect_retirements();
 
   const train::JobConfig& cfg_;
   store::Store& store_;
@@ -74,6 +79,8 @@ class ServerFleet {
   ps::ViewManager manager_;
   std::map<int, elastic::ChildProcess> processes_;
   std::vector<int> retired_;
+  // Retirements under way (a shard without parameters yet answers once a worker set them).
+  std::map<int, std::shared_ptr<comm::Work>> retiring_;
   int restarts_ = 0, lost_ = 0;
   std::unique_ptr<ps::Client> control_;  // for retirements
   bool released_ = false;

@@ -56,6 +56,7 @@ Client::Client(const ClientOptions& options, Layout layout)
 }
 
 Client::~Client() {
+  closing_ = true;
   {
     std::lock_guard lk(mu_);
     stop_ = true;
@@ -161,6 +162,10 @@ std::vector<Response> Client::exchange(std::vector<std::optional<Request>> reque
     bool all = true;
     for (size_t s = 0; s < n; ++s) all &= !requests[s] || answers[s].has_value();
     if (all) break;
+    if (closing_.load()) {
+      throw Error(options_.name + ": parameter-server " + what +
+                  " given up: the client was closed while it waited");
+    }
     for (uint32_t s = 0; s < n; ++s) {
       if (!requests[s] || answers[s] || !due[s].expired()) continue;
       throw TimeoutError(options_.name + ": parameter-server " + what + " of " + describe(s) +

@@ -13,6 +13,7 @@
 // completed.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -136,6 +137,7 @@ class Client {
   std::condition_variable cv_;
   std::deque<std::pair<std::shared_ptr<comm::Work>, std::function<void()>>> queue_;
   bool stop_ = false;
+  std::atomic<bool> closing_{false};  // destroyed: what waits to be retried is given up
   std::thread thread_;
 };
 

@@ -142,7 +142,12 @@ std::optional<Server::Impl::Waiting> Server::Impl::apply(uint32_t shard, Held& h
                                                  : Deadline(Clock::time_point::min())};
       }
       case Op::kControl:
-        if (!h.shard) throw Error("shard " + std::to_string(shard) + " has no parameters yet");
+        if (!h.shard) {
+          // A retirement as the job starts again before any worker set the parameters.
+          r.status = Status::kNotReady;
+          r.message = "shard " + std::to_string(shard) + " has no parameters yet";
+          return std::nullopt;
+        }
         if (q.action == Control::kStop) {
           h.shard->stop();
         } else if (q.action == Control::kRetire) {

@@ -1,11 +1,27 @@
 #include "cohort/ps/view.h"
 
+#include <charconv>
+
 #include "cohort/base/error.h"
 #include "cohort/base/log.h"
 
 using nlohmann::json;
 
 namespace cohort::ps {
+
+SlotOwner slot_owner(store::Store& store, int s) {
+  const std::string key = keys::slot(s);
+  if (!store.check({key})) return {.rank = s, .record = {}};
+  store::Bytes record = store.get(key);
+  const std::string text = store::to_string(record);
+  int rank = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), rank);
+  if (ec != std::errc() || end != text.data() + text.size() || rank < 0) {
+    throw ProtocolError("parameter servers: worker slot " + std::to_string(s) +
+                        " has a malformed owner '" + text + "' (" + key + ")");
+  }
+  return {.rank = rank, .record = std::move(record)};
+}
 
 std::string View::to_json() const {
   json servers_j = json::array(), shards_j = json::array();

@@ -61,6 +61,15 @@ inline std::string slot(int s) {
 }
 }  // namespace keys
 
+// Who trains worker slot `s`: the rank in keys::slot(s), or, while nobody claimed it, worker `s`
+// of the start (slot s is its own). `record` is the key's value (empty while unclaimed), what a
+// compare_set that takes the slot over must expect.
+struct SlotOwner {
+  int rank;
+  store::Bytes record;
+};
+SlotOwner slot_owner(store::Store& store, int s);
+
 struct ServerEntry {
   uint64_t incarnation = 0;
   std::string address;  // HOST:PORT

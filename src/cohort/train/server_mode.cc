@@ -54,8 +54,8 @@ ServerWorker::ServerWorker(const JobConfig& config, std::string store, std::stri
 ServerWorker::~ServerWorker() = default;
 
 // A worker of the start trains its own rank's slot. A replacement takes the slot of a worker that
-// is not in the membership any more (the one it replaces), claimed with compare_set so that two
-// replacements never take the same one.
+// is not in the membership any more (the one it replaces; it may have died before it claimed
+// it), claimed with compare_set so that two replacements never take the same one.
 int ServerWorker::claim_slot(const elastic::Membership& m) {
   if (job_rank_ < cfg_.workers) {
     const std::string key = ps::keys::slot(job_rank_);
@@ -65,13 +65,10 @@ int ServerWorker::claim_slot(const elastic::Membership& m) {
     return job_rank_;
   }
   for (int s = 0; s < cfg_.workers; ++s) {
-    const std::string key = ps::keys::slot(s);
-    if (!store_->check({key})) continue;
-    const store::Bytes owner = store_->get(key);
-    const int rank = std::stoi(store::to_string(owner));
-    if (std::find(m.members.begin(), m.members.end(), rank) != m.members.end()) continue;
+    const ps::SlotOwner owner = ps::slot_owner(*store_, s);
+    if (std::find(m.members.begin(), m.members.end(), owner.rank) != m.members.end()) continue;
     const store::Bytes mine = store::to_bytes(std::to_string(job_rank_));
-    if (store_->compare_set(key, owner, mine) == mine) return s;
+    if (store_->compare_set(ps::keys::slot(s), owner.record, mine) == mine) return s;
   }
   throw Error("rank " + std::to_string(job_rank_) +
               " joined as a replacement, but every worker slot has a worker");
@@ -119,8 +116,8 @@ Place ServerWorker::begin(torch::nn::Module& model, const elastic::Membership& m
     }
     client_->restore(std::move(states))->wait();
     pending_restore_.clear();
-  } else if (lead) {
-    // Every worker of the start built the same model from the seed; the first init wins.
+  } else if (lead && !pulled_) {
+    // Every worker built the same model from the seed; the first init wins.
     torch::NoGradGuard no_grad;
     size_t at = 0;
     for (const auto& p : trained(model)) {
@@ -155,7 +152,8 @@ double ServerWorker::pull_until(const ps::PushPullOptions& o, ps::PullInfo& info
   }
 }
 
-void ServerWorker::copy_into(torch::nn::Module& model) const {
+void ServerWorker::copy_into(torch::nn::Module& model) {
+  pulled_ = true;
   torch::NoGradGuard no_grad;
   size_t at = 0;
   for (auto& p : trained(model)) {

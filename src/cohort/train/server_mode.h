@@ -61,8 +61,11 @@ class ServerWorker {
   ~ServerWorker();
 
   // The start of a membership epoch: this worker's slot (its own; a replacement takes a lost
-  // worker's), the servers' parameters set from `model` when the job starts (`lead`: the lowest
-  // rank of the first epoch), and the parameters pulled into `model`.
+  // worker's), the servers' parameters set when they have none, and the parameters pulled into
+  // `model`. A checkpoint's state (load_state) is restored; else the lowest rank of the epoch
+  // (`lead`, false in a resumed job) offers `model` while it is still the seed's, never pulled:
+  // the first init of a shard wins, so this is what sets them at the start, and after a start
+  // that failed before any worker set them (nobody pulled then), and a duplicate otherwise.
   Place begin(torch::nn::Module& model, const elastic::Membership& m, bool lead);
   // The samples of the step about to be pushed (of data epoch `epoch`).
   void set_samples(int64_t epoch, const EpochCount& c) {
@@ -106,7 +109,7 @@ class ServerWorker {
   // params_ as pulled (`info`'s shard versions), plus this worker's own steps the shards lack
   // (sync.read_my_writes), into `model`.
   void view_into(torch::nn::Module& model, const ps::PullInfo& info);
-  void copy_into(torch::nn::Module& model) const;
+  void copy_into(torch::nn::Module& model);
   void record_staleness(int64_t clock, int64_t min_clock);
 
   const JobConfig& cfg_;
@@ -124,6 +127,7 @@ class ServerWorker {
   int64_t samples_epoch_ = 0;
   EpochCount samples_;
   bool stopped_ = false;
+  bool pulled_ = false;  // the model was overwritten from the servers: no longer the seed's
   int64_t staleness_ = -1;
   std::vector<uint64_t> staleness_hist_;
   int64_t staleness_max_ = 0;

@@ -13,7 +13,8 @@ void Trainer::begin_servers(Epoch& e, bool fresh) {
     probe_ = trace::RankHeader{.rank = job_rank_, .world = e.world};
     step_log_->header(*probe_);
   }
-  const Place place = servers_->begin(*model_, membership_, fresh && e.rank == 0);
+  const Place place =
+      servers_->begin(*model_, membership_, e.rank == 0 && ctx_.resume_from.empty());
   e.data_rank = place.slot;
   e.data_world = place.slots;
   // The slot's clock is its position: whole epochs of the slot's steps, then steps into one.
