@@ -144,24 +144,25 @@ PYBIND11_MODULE(_C, m) {
            py::arg("group"), py::arg("error_feedback"), py::arg("topk_ratio"),
            py::arg("topk_warmup_steps"), py::arg("powersgd_rank"), py::arg("powersgd_warmup_steps"),
            py::arg("min_bytes"), py::arg("seed"))
-      .def("start",
-           [](cohort::dist::CompressionHooks& hooks, const std::string& method,
-              const at::Tensor& buffer, size_t index, const std::vector<at::Tensor>& gradients,
-              const std::shared_ptr<torch::jit::PythonFutureWrapper>& future,
-              const py::object& result) {
-             // The hooks' thread completes the torch future without the GIL: the value DDP reads
-             // back (a Python object, as for any Python hook) is made here, on this Python thread,
-             // and handed to the future, which holds it from then on. A thread that took the GIL
-             // there could wait forever on an interpreter that is exiting.
-             c10::intrusive_ptr<c10::ivalue::Future> fut = future->fut;
-             c10::IValue value = torch::jit::toIValue(result, c10::PyObjectType::get());
-             hooks.start(cohort::compress::parse_method(method), buffer, index, gradients,
-                         [fut, value = std::move(value)](const std::string& error) mutable {
-                           if (error.empty()) {
-                             fut->markCompleted(std::move(value));
-                           } else {
-                             fut->setError(std::make_exception_ptr(cohort::Error(error)));
-                           }
-                         });
-           });
+      .def("start", [](cohort::dist::CompressionHooks& hooks, const std::string& method,
+                       const at::Tensor& buffer, size_t index,
+                       const std::vector<at::Tensor>& gradients,
+                       const std::vector<at::Tensor>& parameters,
+                       const std::shared_ptr<torch::jit::PythonFutureWrapper>& future,
+                       const py::object& result) {
+        // The hooks' thread completes the torch future without the GIL: the value DDP reads
+        // back (a Python object, as for any Python hook) is made here, on this Python thread,
+        // and handed to the future, which holds it from then on. A thread that took the GIL
+        // there could wait forever on an interpreter that is exiting.
+        c10::intrusive_ptr<c10::ivalue::Future> fut = future->fut;
+        c10::IValue value = torch::jit::toIValue(result, c10::PyObjectType::get());
+        hooks.start(cohort::compress::parse_method(method), buffer, index, gradients, parameters,
+                    [fut, value = std::move(value)](const std::string& error) mutable {
+                      if (error.empty()) {
+                        fut->markCompleted(std::move(value));
+                      } else {
+                        fut->setError(std::make_exception_ptr(cohort::Error(error)));
+                      }
+                    });
+      });
 }

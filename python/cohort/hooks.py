@@ -9,7 +9,8 @@ int8 quarters them (an f32 scale per chunk of 256, stochastic rounding), topk se
 `topk_ratio` largest values of each tensor with their indices, powersgd rank-`powersgd_rank`
 factors of each matrix after `powersgd_warmup_steps` steps of plain allreduce. With error
 feedback (the default) what a step's compression drops is added to the next step's gradient, per
-bucket. Buckets under `min_bytes` go uncompressed. Every rank ends with the same bits. Float32
+bucket; when DDP rebuilds its buckets after the first step, a bucket whose parameters changed
+starts without one (the old one belongs to other coordinates). Buckets under `min_bytes` go uncompressed. Every rank ends with the same bits. Float32
 CPU buckets only; the group must be a cohort one.
 """
 
@@ -35,7 +36,8 @@ def _hook(method):
         fut = torch.futures.Future()
         buf = bucket.buffer()
         # The future completes with buf, averaged in place, from the hooks' thread.
-        state._hooks.start(method, buf, bucket.index(), bucket.gradients(), fut, buf)
+        state._hooks.start(method, buf, bucket.index(), bucket.gradients(), bucket.parameters(),
+                           fut, buf)
         return fut
 
     hook.__name__ = hook.__qualname__ = method

@@ -1,7 +1,8 @@
 """Cohort's codecs as DDP communication hooks: for every codec, DDP trains an MLP with the hook;
 the replicas end bit-identical (every rank decodes the same bits), the `none` hook matches plain
 DDP on Gloo to float rounding, the lossy codecs stay close to it (within what their compression
-and error feedback allow), and a hook on a Gloo group is refused by name."""
+and error feedback allow), a bucket DDP rebuilt with other parameters does not get the old ones'
+residual, and a hook on a Gloo group is refused by name."""
 
 import sys
 
@@ -62,6 +63,53 @@ for name, limit in LIMITS.items():
     assert off <= limit, f"{name}: {off:.4f} of the training's movement away from plain DDP"
     assert (flat - start).norm().item() > 0.5 * moved, f"{name}: training did not move"
     print(f"rank {R}: hook {name}: replicas agree; {off:.2e} of the way off plain DDP")
+
+
+
+class Bucket:
+    """What a hook reads of DDP's GradBucket: bucket 0, holding the gradients of `params` flat."""
+
+    def __init__(self, params, values):
+        self._params, self._buf = params, values.clone()
+        self._grads, at = [], 0
+        for p in params:
+            self._grads.append(self._buf[at:at + p.numel()].view(p.shape))
+            at += p.numel()
+
+    def buffer(self):
+        return self._buf
+
+    def index(self):
+        return 0
+
+    def gradients(self):
+        return self._grads
+
+    def parameters(self):
+        return self._params
+
+
+def residual_stays_with_its_parameters():
+    """DDP rebuilds its buckets after the first step: bucket 0 may then hold other parameters. Its
+    topk residual (99% of the first gradient) belongs to the old ones: carried into the same
+    layout's next step, not into another layout's."""
+    state = cohort.hooks.State()
+    shapes = [(256, 256), (256,)]
+    first = [torch.zeros(s) for s in shapes]
+    other = [torch.zeros(s) for s in shapes]  # the same shapes: only their identity differs
+    n = sum(p.numel() for p in first)
+    grad = torch.linspace(-1.0, 1.0, n)
+    zeros = torch.zeros(n)
+    cohort.hooks.topk(state, Bucket(first, grad)).wait()
+    carried = cohort.hooks.topk(state, Bucket(first, zeros)).wait()
+    assert carried.abs().sum().item() > 0, "the residual was not carried into the next step"
+    moved = cohort.hooks.topk(state, Bucket(other, zeros)).wait()
+    assert moved.abs().sum().item() == 0, (
+        f"a residual of other parameters was applied: {moved.abs().sum().item()}")
+    print(f"rank {R}: a rebuilt bucket starts without the old layout's residual")
+
+
+residual_stays_with_its_parameters()
 
 try:
     cohort.hooks.State(process_group=gloo)

@@ -29,14 +29,20 @@ CompressionHooks::~CompressionHooks() {
 
 void CompressionHooks::start(compress::Method method, const at::Tensor& buffer, size_t index,
                              const std::vector<at::Tensor>& gradients,
+                             const std::vector<at::Tensor>& parameters,
                              std::function<void(const std::string&)> done) {
   if (buffer.scalar_type() != at::kFloat || !buffer.is_contiguous() || !buffer.device().is_cpu()) {
     throw ConfigError("cohort.hooks: " + std::string(compress::method_name(method)) +
                       " compresses contiguous float32 CPU buckets only");
   }
-  auto& codec = codecs_[{index, static_cast<int>(method)}];
+  Bucket& bucket = buckets_[{index, static_cast<int>(method)}];
+  std::vector<const void*> layout;
+  layout.reserve(parameters.size());
+  for (const at::Tensor& p : parameters) layout.push_back(p.unsafeGetTensorImpl());
+  auto& codec = bucket.codec;
   const auto count = static_cast<size_t>(buffer.numel());
-  if (!codec || codec->count() != count) {
+  if (!codec || codec->count() != count || bucket.parameters != layout) {
+    bucket.parameters = std::move(layout);
     // Each gradient as rows x cols (its first dimension by the rest), as Cohort's DDP does.
     std::vector<compress::TensorShape> shapes;
     size_t offset = 0;

@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <vector>
 
 #include "cohort/compress/codec.h"
 
@@ -35,11 +36,13 @@ class CompressionHooks {
   CompressionHooks(const CompressionHooks&) = delete;
   CompressionHooks& operator=(const CompressionHooks&) = delete;
 
-  // Starts averaging `buffer` (DDP's flat f32 bucket `index`, whose tensors are `gradients`)
-  // with `method`; `done(error)` runs on this object's thread once it holds the average (error
-  // empty) or the exchange failed.
+  // Starts averaging `buffer` (DDP's flat f32 bucket `index`, whose tensors are `gradients`, of
+  // `parameters`) with `method`; `done(error)` runs on this object's thread once it holds the
+  // average (error empty) or the exchange failed. A bucket index whose parameters changed (DDP
+  // rebuilds its buckets after the first step, in the order gradients became ready) gets a new
+  // codec: the residual of the old layout belongs to other coordinates, and is dropped.
   void start(compress::Method method, const at::Tensor& buffer, size_t index,
-             const std::vector<at::Tensor>& gradients,
+             const std::vector<at::Tensor>& gradients, const std::vector<at::Tensor>& parameters,
              std::function<void(const std::string& error)> done);
 
  private:
@@ -56,7 +59,11 @@ class CompressionHooks {
   c10::intrusive_ptr<c10d::ProcessGroup> group_;  // keeps the communicator alive
   ProcessGroupCohort* cohort_;
   compress::CompressionOptions options_;
-  std::map<std::pair<size_t, int>, std::unique_ptr<compress::Codec>> codecs_;  // (bucket, method)
+  struct Bucket {
+    std::unique_ptr<compress::Codec> codec;
+    std::vector<const void*> parameters;  // whose gradients it holds, in order (TensorImpl)
+  };
+  std::map<std::pair<size_t, int>, Bucket> buckets_;  // (bucket index, method)
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> pending_;
