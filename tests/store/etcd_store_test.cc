@@ -1,10 +1,14 @@
 // EtcdStore beyond the conformance suite: its address, a cluster of three that loses a member
-// (the store serves on, a waiting get included), and removing one job's keys.
+// (the store serves on, a waiting get included), removing one job's keys, and an add whose answer
+// was lost after etcd applied it.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cctype>
 #include <thread>
 
 #include "cohort/base/error.h"
+#include "cohort/net/socket.h"
 #include "cohort/store/connect.h"
 #include "etcd_cluster.h"
 
@@ -113,6 +117,96 @@ TEST(EtcdStore, DeleteAllRemovesOnePrefixAndLeavesTheOthers) {
   EXPECT_FALSE(mine.check({"job/config"}));
   EXPECT_TRUE(longer.check({"x", "y/z", "job/config"}));
   EXPECT_TRUE(other.check({"x", "y/z", "job/config"}));
+}
+
+// Between an EtcdStore and one etcd member: forwards each HTTP/1.1 request and its answer, except
+// the answer to the first /v3/kv/txn, whose connection it closes once etcd has answered (the
+// transaction is applied; its answer never arrives). One client connection at a time.
+class LosesTheFirstTransactionsAnswer {
+ public:
+  explicit LosesTheFirstTransactionsAnswer(net::Endpoint member)
+      : listener_(net::Listener::bind("127.0.0.1", 0)), member_(std::move(member)) {
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~LosesTheFirstTransactionsAnswer() {
+    stop_ = true;
+    thread_.join();
+  }
+  std::string url(const std::string& prefix) const {
+    return "etcd://127.0.0.1:" + std::to_string(listener_.port()) + "/" + prefix;
+  }
+  int answers_lost() const { return lost_.load(); }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      try {
+        net::Socket client = listener_.accept(Deadline::after(Millis(100)));
+        net::Socket member = net::Socket::connect(member_, Deadline::after(Millis(5000)));
+        relay(client, member);
+      } catch (const Error&) {
+        // A timed-out accept, or a connection that closed: the next one.
+      }
+    }
+  }
+
+  void relay(net::Socket& client, net::Socket& member) {
+    for (;;) {
+      const std::string request = read_message(client);
+      member.send_all(request.data(), request.size(), Deadline::after(Millis(5000)));
+      const std::string answer = read_message(member);
+      if (lost_ == 0 && request.rfind("POST /v3/kv/txn ", 0) == 0) {
+        ++lost_;
+        return;  // both connections close
+      }
+      client.send_all(answer.data(), answer.size(), Deadline::after(Millis(5000)));
+    }
+  }
+
+  // One HTTP message: its header, then a body of Content-Length bytes or chunks up to the last.
+  static std::string read_message(net::Socket& s) {
+    std::string m;
+    size_t body = std::string::npos;
+    for (;;) {
+      if (body == std::string::npos && (body = m.find("\r\n\r\n")) != std::string::npos) body += 4;
+      if (body != std::string::npos) {
+        std::string head = m.substr(0, body);
+        for (char& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        const size_t cl = head.find("content-length:");
+        if (cl != std::string::npos) {
+          if (m.size() >= body + std::stoul(head.substr(cl + 15))) return m;
+        } else if (head.find("chunked") == std::string::npos ||
+                   m.compare(m.size() - 5, 5, "0\r\n\r\n") == 0) {
+          return m;
+        }
+      }
+      char buf[4096];
+      s.recv_all(buf, 1, Deadline::after(Millis(5000)));
+      m.push_back(buf[0]);
+      if (const size_t more = s.recv_some(buf, sizeof buf)) m.append(buf, more);
+    }
+  }
+
+  net::Listener listener_;
+  net::Endpoint member_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> lost_{0};
+  std::thread thread_;
+};
+
+// etcd applied the add's transaction and its answer was lost: the store sends it again, which
+// fails its compare now. The add is applied once, not twice (a rank claimed through an add would
+// otherwise skip a rank that nobody then takes).
+TEST(EtcdStore, AnAddWhoseAnswerWasLostIsAppliedOnce) {
+  EtcdCluster etcd(1);
+  LosesTheFirstTransactionsAnswer proxy(EtcdAddress::parse(etcd.url("x")).members.at(0));
+  EtcdStore s(EtcdAddress::parse(proxy.url("lost-answer")), 10s);
+  EXPECT_EQ(s.add("n", 1), 1);
+  EXPECT_EQ(proxy.answers_lost(), 1);
+  EXPECT_EQ(s.add("n", 0), 1);
+  EXPECT_EQ(s.add("n", 5), 6);
+  EtcdStore direct(EtcdAddress::parse(etcd.url("lost-answer")), 10s);
+  EXPECT_EQ(to_string(direct.get("n")), "6");
 }
 
 }  // namespace

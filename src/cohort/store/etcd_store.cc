@@ -15,6 +15,7 @@
 
 #include "cohort/base/base64.h"
 #include "cohort/base/error.h"
+#include "cohort/base/secret.h"
 #include "cohort/store/memory_store.h"
 
 namespace cohort::store {
@@ -264,7 +265,9 @@ class EtcdStore::Gateway {
 };
 
 EtcdStore::EtcdStore(EtcdAddress address, Millis timeout)
-    : address_(std::move(address)), gateway_(std::make_unique<Gateway>(address_.members)) {
+    : address_(std::move(address)),
+      adds_key_(full_key(".cohort-adds/" + random_token())),
+      gateway_(std::make_unique<Gateway>(address_.members)) {
   timeout_ = timeout;
   std::lock_guard lk(mu_);
   gateway_->call("/v3/kv/range", {{"key", b64(full_key(""))}}, Deadline::after(timeout));
@@ -348,8 +351,16 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
     // nothing: each write is a revision etcd keeps until compaction.
     if (delta == 0 && kv) return v;
     // Written only if nobody wrote the key since it was read; otherwise read again.
-    if (put_if_unchanged(k, kv ? kv->mod_revision : 0, to_bytes(std::to_string(v)), deadline))
+    const std::string mark = std::to_string(++adds_);
+    if (put_if_unchanged(k, kv ? kv->mod_revision : 0, to_bytes(std::to_string(v)), deadline,
+                         mark)) {
       return v;
+    }
+    // Not applied now, but perhaps by an earlier try of this very transaction whose answer was
+    // lost (the gateway sent it again): then the mark is there.
+    const auto applied =
+        first_kv(gateway_->call("/v3/kv/range", {{"key", b64(adds_key_)}}, deadline));
+    if (applied && applied->value == to_bytes(mark)) return v;
   }
 }
 
@@ -368,7 +379,7 @@ Bytes EtcdStore::compare_set(const std::string& key, const Bytes& expected, cons
 }
 
 bool EtcdStore::put_if_unchanged(const std::string& full, int64_t mod_revision, const Bytes& value,
-                                 Deadline deadline) {
+                                 Deadline deadline, const std::string& mark) {
   const json compare = mod_revision ? json{{"key", b64(full)},
                                            {"target", "MOD"},
                                            {"result", "EQUAL"},
@@ -379,9 +390,11 @@ bool EtcdStore::put_if_unchanged(const std::string& full, int64_t mod_revision, 
                                            {"create_revision", "0"}};
   json compares = json::array({compare});
   if (fence_) compares.push_back(fence_compare());
-  const json txn = {
-      {"compare", compares},
-      {"success", json::array({{{"request_put", {{"key", b64(full)}, {"value", b64(value)}}}}})}};
+  json puts = json::array({{{"request_put", {{"key", b64(full)}, {"value", b64(value)}}}}});
+  if (!mark.empty()) {
+    puts.push_back({{"request_put", {{"key", b64(adds_key_)}, {"value", b64(to_bytes(mark))}}}});
+  }
+  const json txn = {{"compare", compares}, {"success", puts}};
   if (gateway_->call("/v3/kv/txn", txn, deadline).value("succeeded", false)) return true;
   if (fence_) {
     // Which compare failed: the key's (read again) or the fence's (this writer is done).

@@ -93,9 +93,9 @@ class EtcdStore : public Store {
   // The key's value, waiting for it until the deadline; TimeoutError names `key` and `what`.
   Bytes wait_for(const std::string& key, Deadline deadline);
   // A transaction: puts `value` at the full key `full` if its mod_revision is still
-  // `mod_revision` (0: if it is still absent). Whether it did.
+  // `mod_revision` (0: if it is still absent), and `mark` at adds_key_ with it. Whether it did.
   bool put_if_unchanged(const std::string& full, int64_t mod_revision, const Bytes& value,
-                        Deadline deadline);
+                        Deadline deadline, const std::string& mark = "");
 
   struct Fence {
     std::string key;  // full key
@@ -108,6 +108,11 @@ class EtcdStore : public Store {
   [[noreturn]] void throw_fenced() const;
 
   EtcdAddress address_;
+  // This store's own key, written with every add's transaction (the add's number): an add whose
+  // answer was lost after etcd applied it, sent again, fails its compare, and the mark tells that
+  // it was applied once already, so that it is not applied again.
+  std::string adds_key_;
+  uint64_t adds_ = 0;
   std::optional<Fence> fence_;
   std::unique_ptr<Gateway> gateway_;
   std::mutex mu_;
