@@ -442,6 +442,37 @@ TEST_F(StoreServerTest, MaxConnectionsIsEnforced) {
   EXPECT_EQ(*joined, "") << "a client refused while the server was full did not get in";
 }
 
+// Clients that connect and never authenticate are counted apart from the job's own: past
+// max_handshakes the oldest of them makes room, and a real client gets in at once however many
+// there are, long before their handshake deadline.
+TEST_F(StoreServerTest, ConnectionsThatNeverAuthenticateDoNotKeepTheJobsOwnOut) {
+  StoreServer small({.token = kToken,
+                     .handshake_timeout = Millis(60000),
+                     .max_connections = 4,
+                     .max_handshakes = 3});
+  std::vector<std::unique_ptr<RawClient>> idle;
+  for (int i = 0; i < 12; ++i) idle.push_back(std::make_unique<RawClient>(small.endpoint()));
+  // The server closes the oldest idle ones as the others come: 9 of the 12.
+  for (int i = 0; i < 9; ++i) {
+    EXPECT_TRUE(idle[i]->wait_closed(Millis(5000)).has_value()) << "idle client " << i;
+  }
+  const auto t0 = Clock::now();
+  TcpStore real(small.endpoint(), kToken, Millis(5000));
+  real.set("in", store::to_bytes("1"));
+  EXPECT_LT(since(t0), Millis(2000));
+  EXPECT_EQ(logs_.warnings("max_connections"), 0u) << logs_.dump();
+  EXPECT_GE(logs_.warnings("(max_handshakes)"), 9u) << logs_.dump();
+  // Authenticated clients are still bounded by max_connections.
+  std::vector<std::unique_ptr<RawClient>> holders;
+  for (int i = 0; i < 3; ++i) {
+    holders.push_back(std::make_unique<RawClient>(small.endpoint()));
+    holders.back()->handshake(kToken);
+  }
+  RawClient extra(small.endpoint());
+  EXPECT_TRUE(extra.wait_closed(Millis(1000)).has_value());
+  EXPECT_TRUE(logs_.wait_for_warnings("max_connections", 1, Millis(1000))) << logs_.dump();
+}
+
 TEST_F(StoreServerTest, StopIsPromptAndParkedClientsSeePeerLostNamingTheServer) {
   auto srv = std::make_unique<StoreServer>(StoreServerOptions{.token = kToken});
   const std::string where = srv->endpoint().str();

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -63,7 +64,7 @@ FrameServer::FrameServer(FrameServerOptions options, Handler& handler)
   if (host == "::") host = "::1";
   endpoint_ = Endpoint{host, listener_.port()};
   who_ = opts_.name + " on " + endpoint_.str();
-  ensure_descriptors(opts_.max_connections + 64, who_);
+  ensure_descriptors(opts_.max_connections + opts_.max_handshakes + 64, who_);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) throw SystemError("eventfd", errno);
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
@@ -226,13 +227,21 @@ void FrameServer::accept_clients() {
     c->sock = Socket(fd);
     c->sock.set_nodelay(true);
     c->peer = c->sock.peer_address();
-    if (conns_.size() >= opts_.max_connections) {
+    const size_t authenticated = conns_.size() - handshaking_.size();
+    if (authenticated >= opts_.max_connections) {
       spdlog::warn("{}: refusing client {}: already serving {} connections (max_connections)", who_,
-                   c->peer, conns_.size());
+                   c->peer, authenticated);
       continue;  // ~Conn closes it
+    }
+    if (handshaking_.size() >= std::max<size_t>(1, opts_.max_handshakes)) {
+      close(*handshaking_.begin(),
+            "making room: " + std::to_string(handshaking_.size()) +
+                " connections are in their handshake (max_handshakes)",
+            true);
     }
     c->id = next_id_++;
     c->handshake = std::make_unique<ServerHandshake>(opts_.token, opts_.info);
+    handshaking_.insert(c->id);
     Conn& added = *conns_.emplace(c->id, std::move(c)).first->second;
     set_deadline(added, Deadline::after(opts_.handshake_timeout));
     try {
@@ -340,6 +349,7 @@ void FrameServer::handle_frame(Conn& c, Frame f) {
       c.handshake.reset();
       c.writer.push(MsgType::kAccept, {});
       c.state = State::kReady;
+      handshaking_.erase(id);
       set_deadline(c, Deadline::never());
       flush(c);
       handler_.on_ready(id, info, /*adopted=*/false);
@@ -404,6 +414,7 @@ void FrameServer::close(ConnId id, const std::string& reason, bool warn) {
   }
   if (it->second->watched) ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second->sock.fd(), nullptr);
   timed_.erase(id);
+  handshaking_.erase(id);
   conns_.erase(it);
   if (ready) handler_.on_closed(id);
 }

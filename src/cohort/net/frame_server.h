@@ -43,7 +43,11 @@ struct FrameServerOptions {
   std::string info;  // this side's handshake info
   // A connection that has not finished its handshake by then is closed (slow-loris defence).
   std::chrono::milliseconds handshake_timeout{5000};
+  // Authenticated connections at once; a client past it is refused (and dials again).
   size_t max_connections = 4096;
+  // Connections still in their handshake at once, counted apart: past it the oldest is closed to
+  // make room, so that clients which never authenticate cannot keep the job's own out.
+  size_t max_handshakes = 256;
   // Largest frame an authenticated connection may send.
   size_t max_frame_bytes = kDefaultMaxFrame;
 };
@@ -131,6 +135,7 @@ class FrameServer {
   // The connections with a deadline (handshaking, or lingering after a Reject): the loop's
   // timers and expiry look at these only, not at every connection.
   std::set<ConnId> timed_;
+  std::set<ConnId> handshaking_;  // not authenticated (yet): the oldest first
   std::mutex post_mu_;
   std::vector<std::function<void()>> posted_;
   std::thread thread_;

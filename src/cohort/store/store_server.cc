@@ -83,6 +83,7 @@ StoreServer::Impl::Impl(const StoreServerOptions& o)
                .info = "cohort store",
                .handshake_timeout = o.handshake_timeout,
                .max_connections = o.max_connections,
+               .max_handshakes = o.max_handshakes,
                // compare_set carries two values; 1 MiB leaves room for the keys.
                .max_frame_bytes = 2 * o.max_value_bytes + (1u << 20)},
               *this) {

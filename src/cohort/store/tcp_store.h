@@ -22,6 +22,8 @@ struct StoreServerOptions {
   // Clients served at once: the ranks of a large job (a 1,024-rank communicator's ranks, its
   // launcher and their heartbeats) must fit. The process's open-file limit is raised to match.
   size_t max_connections = 4096;
+  // Connections still in their handshake at once (net::FrameServerOptions::max_handshakes).
+  size_t max_handshakes = 256;
   size_t max_value_bytes = 16u << 20;
   // A file that keeps the keys as they change (journal.h): when it exists, the server starts with
   // the keys it holds. Empty: the keys live in memory alone.
