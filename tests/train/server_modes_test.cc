@@ -372,5 +372,29 @@ TEST(ServerModes, AResumedJobContinuesEverySlotFromTheCheckpoint) {
   fs::remove_all(dir);
 }
 
+// An allreduce run's checkpoint resumed with parameter servers: the servers start from its model
+// (five steps from there keep the accuracy the first run reached, which five from the seed would
+// not), not from nothing, which left every worker waiting for parameters for good.
+TEST(ServerModes, AnAllReduceCheckpointResumedWithServersStartsThemFromItsModel) {
+  const fs::path dir = e2e::fresh_dir("sync", "allreduce-to-ssp");
+  ASSERT_EQ(run_mlp(dir, {"workers=2", "train.max_steps=150", "train.epochs=1",
+                          "checkpoint.every_steps=150"})
+                .exit_code,
+            0);
+  const double first = read_json(dir / "summary.json")["test_accuracy"].get<double>();
+  ASSERT_GE(first, 0.70);
+  const e2e::Result r = e2e::sh(std::string(COHORT_BINARY) + " run --resume " + dir.string() +
+                                    " --set sync.mode=ssp --set parameter_servers=1"
+                                    " --set train.max_steps=5",
+                                300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("not carried over"), std::string::npos) << r.output;
+  const json s = read_json(dir / "summary.json");
+  EXPECT_EQ(s["status"], "completed") << s.dump(2);
+  EXPECT_EQ(s["per_rank"][0]["sync_mode"], "ssp") << s.dump(2);
+  EXPECT_GE(s["test_accuracy"].get<double>(), first - 0.05) << s.dump(2);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace cohort::train

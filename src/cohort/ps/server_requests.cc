@@ -91,7 +91,13 @@ std::optional<Server::Impl::Waiting> Server::Impl::apply(uint32_t shard, Held& h
       case Op::kInit: {
         if (!h.shard) {
           if (q.saved_state) {
-            h.shard.emplace(Shard::restore(settings_.shard, q.blob));
+            try {
+              h.shard.emplace(Shard::restore(settings_.shard, q.blob));
+            } catch (const ProtocolError& e) {
+              // A well-formed request whose saved shard this server cannot take (another job's
+              // number of slots): refused by name, not a connection dropped and sent again.
+              throw Error(std::string("a saved shard that cannot be restored: ") + e.what());
+            }
             if (h.shard->range() != q.range) {
               h.shard.reset();
               throw Error("an init whose saved shard is not of its range");

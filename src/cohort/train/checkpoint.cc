@@ -108,6 +108,9 @@ std::string encode_checkpoint(const CheckpointMeta& meta, torch::nn::Module& mod
   if (!extras.train_state.empty()) {
     archive.write("train_state", byte_tensor(extras.train_state), /*is_buffer=*/true);
   }
+  if (!extras.sync_mode.empty()) {
+    archive.write("sync_mode", byte_tensor(extras.sync_mode), /*is_buffer=*/true);
+  }
   std::ostringstream payload_stream;
   archive.save_to(payload_stream);
   const std::string payload = payload_stream.str();
@@ -159,6 +162,10 @@ CheckpointMeta decode_checkpoint(const std::string& bytes, const std::string& na
       torch::Tensor train;
       if (archive.try_read("train_state", train, /*is_buffer=*/true)) {
         read.train_state = byte_string(train, name, "the committed sample counts");
+      }
+      torch::Tensor mode;
+      if (archive.try_read("sync_mode", mode, /*is_buffer=*/true)) {
+        read.sync_mode = byte_string(mode, name, "the synchronization mode");
       }
     }
     if (optimizer) optimizer->load(optimizer_archive);

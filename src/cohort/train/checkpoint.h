@@ -39,6 +39,7 @@ namespace cohort::train {
 struct CheckpointExtras {
   std::vector<std::string> codec_states;  // one opaque string per rank; empty: none
   std::string sync_state;                 // the synchronization mode's; empty: none
+  std::string sync_mode;                  // whose sync_state it is ("ssp", ...); empty: unknown
   // The committed sample counts of every epoch (TrainState as JSON), so that a job resumed from
   // the file still proves that each sample of an epoch was trained on once; empty: none.
   std::string train_state;

@@ -435,6 +435,7 @@ void Trainer::save_checkpoint_now(Epoch& e, bool write) {
   auto path = checkpoints_->save(position(e.world), *model_, optimizer_.get(),
                                  {.codec_states = codec_states,
                                   .sync_state = e.mode.save_state(),
+                                  .sync_mode = std::string(sync_kind_name(cfg_.sync.mode)),
                                   .train_state = state_.to_json().dump()});
   spdlog::info("checkpoint {} written in {:.2f} s", path.string(), seconds_since(t));
 }

@@ -164,6 +164,7 @@ class Trainer {
   elastic::Membership membership_;
   bool have_state_ = false;
   int64_t resumed_from_ = 0;
+  bool resumed_model_ = false;  // this process read the checkpoint it resumes into the model
   int restores_ = 0;
 
   double compute_s_ = 0, data_s_ = 0, comm_s_ = 0, last_loss_ = 0;

@@ -13,8 +13,10 @@ void Trainer::begin_servers(Epoch& e, bool fresh) {
     probe_ = trace::RankHeader{.rank = job_rank_, .world = e.world};
     step_log_->header(*probe_);
   }
-  const Place place =
-      servers_->begin(*model_, membership_, e.rank == 0 && ctx_.resume_from.empty());
+  // The lowest rank offers its model to servers that have none: the seed's, or the checkpoint's
+  // in a resumed job (not before this process read it: a seed's model would start it over).
+  const Place place = servers_->begin(*model_, membership_,
+                                      e.rank == 0 && (ctx_.resume_from.empty() || resumed_model_));
   e.data_rank = place.slot;
   e.data_world = place.slots;
   // The slot's clock is its position: whole epochs of the slot's steps, then steps into one.
@@ -85,9 +87,10 @@ void Trainer::save_server_checkpoint(Epoch& e, bool write) {
   phase(state_.step, comm::Phase::Checkpoint);
   const auto t = Clock::now();
   servers_->pull_latest(*model_);
-  auto path = checkpoints_->save(
-      position(e.data_world), *model_, optimizer_.get(),
-      {.sync_state = e.mode.save_state(), .train_state = state_.to_json().dump()});
+  auto path = checkpoints_->save(position(e.data_world), *model_, optimizer_.get(),
+                                 {.sync_state = e.mode.save_state(),
+                                  .sync_mode = std::string(sync_kind_name(cfg_.sync.mode)),
+                                  .train_state = state_.to_json().dump()});
   spdlog::info("checkpoint {} written in {:.2f} s", path.string(), seconds_since(t));
 }
 

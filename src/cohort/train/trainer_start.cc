@@ -127,7 +127,20 @@ void Trainer::resume_from_checkpoint(Epoch& e) {
   CheckpointExtras extras;
   CheckpointMeta pos = decode_checkpoint(bytes, name, *model_, optimizer_.get(), true, &extras);
   restore_codec_state(e.ddp, extras.codec_states, e.rank, e.world, name);
-  e.mode.load_state(extras.sync_state);
+  const std::string mode(sync_kind_name(cfg_.sync.mode));
+  if (!extras.sync_mode.empty() && extras.sync_mode != mode) {
+    // Another mode's state means nothing to this one (and its bytes would be misread): the job
+    // goes on from the checkpoint's model.
+    if (e.rank == 0 && !extras.sync_state.empty()) {
+      spdlog::warn(
+          "{} was written with sync.mode {}, and this job runs {}: its {} state is not "
+          "carried over; training goes on from its model",
+          name, extras.sync_mode, mode, extras.sync_mode);
+    }
+  } else {
+    e.mode.load_state(extras.sync_state);
+  }
+  resumed_model_ = true;
   if (!extras.train_state.empty()) {
     try {
       state_.counts = TrainState::from_json(json::parse(extras.train_state)).counts;
