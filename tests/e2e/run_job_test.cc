@@ -111,6 +111,26 @@ TEST(RunJob, TwoWorkersTrainTheMlpToTheTargetAccuracy) {
   fs::remove_all(dir);
 }
 
+// A training that diverges (its loss overflows to infinity, then NaN) is the user's to see, not a
+// crash of the launcher: the progress records and the summary carry the loss as null (JSON has no
+// NaN), and the job ends with its summary like any other.
+TEST(RunJob, ATrainingWhoseLossIsNotFiniteStillEndsWithItsSummary) {
+  auto dir = fresh_dir("diverged");
+  auto r = sh(cohort() + " run " + example("fashion-mlp.yaml") + " --run-dir " + dir.string() +
+              " --set workers=2 --set train.max_steps=30 --set 'train.optimizer.lr=1e30'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto s = read_json(dir / "summary.json");
+  EXPECT_EQ(s["status"], "completed") << s.dump(2);
+  EXPECT_TRUE(s["final_loss"].is_null()) << s.dump(2);
+  bool null_loss = false;
+  std::ifstream metrics(dir / "metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    null_loss |= json::parse(line).value("loss", json(0.0)).is_null();
+  }
+  EXPECT_TRUE(null_loss) << "no progress record with a loss that was not finite";
+  fs::remove_all(dir);
+}
+
 // train.eval_every_steps records test accuracy on the way; train.stop_at_accuracy ends the job at
 // the first evaluation that reaches it (the MLP passes 0.7 within its first 100 steps).
 TEST(RunJob, PeriodicEvaluationStopsAtTheTargetAccuracy) {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <set>
 #include <sstream>
@@ -153,6 +154,16 @@ std::map<std::string, double> parse_exposition(const std::string& text) {
     out[key] = std::stod(line.substr(sp + 1));
   }
   return out;
+}
+
+// A diverged training's loss reaches the monitor as null (how JSON writes NaN): the job view and
+// the Prometheus text say NaN instead of failing on every request.
+TEST(JobMonitor, ALossThatWasNotFiniteIsShownAsNaN) {
+  JobMonitor m(info());
+  m.add_metric(json::parse(record(10, NAN).dump()));
+  const json j = m.job();
+  EXPECT_TRUE(j["loss"].is_null() || std::isnan(j["loss"].get<double>())) << j.dump();
+  EXPECT_TRUE(std::isnan(parse_exposition(m.prometheus())["cohort_loss"]));
 }
 
 TEST(JobMonitor, PrometheusTextHasStepLossBytesHistogramAndWorkerStates) {

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "cohort/base/file.h"
+#include "cohort/base/json_number.h"
 #include "cohort/base/process_state.h"
 #include "cohort/cli/job_files.h"
 
@@ -37,8 +38,8 @@ void ProgressPrinter::record(const json& m) {
   char line[256];
   std::snprintf(line, sizeof(line),
                 "epoch %ld/%ld  step %ld/%ld  loss %.4f  %.0f samples/s  ETA %s",
-                m.value("epoch", 0L) + 1, m.value("epochs", 1L), step, total, m.value("loss", 0.0),
-                rate, format_duration(eta).c_str());
+                m.value("epoch", 0L) + 1, m.value("epochs", 1L), step, total,
+                json_number(m, "loss", 0.0), rate, format_duration(eta).c_str());
   if (tty_) {
     int width = 24;
     int filled = total > 0 ? static_cast<int>(width * step / total) : 0;
@@ -67,8 +68,8 @@ json aggregate_summary(const std::vector<json>& per_rank, const train::JobConfig
   s["steps"] = r0.value("steps", 0L);
   s["epochs"] = r0.value("epochs", 0.0);
   s["test_accuracy"] = r0.value("test_accuracy", 0.0);
-  s["test_loss"] = r0.value("test_loss", 0.0);
-  s["final_loss"] = r0.value("final_loss", 0.0);
+  s["test_loss"] = json_number(r0, "test_loss", 0.0);
+  s["final_loss"] = json_number(r0, "final_loss", 0.0);
   s["epoch_samples"] = r0.value("epoch_samples", json::array());
   double train_seconds = 0, comm = 0, compute = 0;
   uint64_t samples = 0, bytes = 0, grad_sent = 0, grad_uncompressed = 0;
@@ -155,7 +156,7 @@ void print_python_report(const json& s, const std::string& run_dir) {
     std::printf("  steps             %ld\n", s.value("steps", 0L));
     const json& r0 = s["per_rank"].at(0);
     if (r0.contains("final_loss"))
-      std::printf("  final loss        %.4f\n", s.value("final_loss", 0.0));
+      std::printf("  final loss        %.4f\n", json_number(s, "final_loss", 0.0));
     if (r0.contains("test_accuracy")) {
       std::printf("  test accuracy     %.4f\n", s.value("test_accuracy", 0.0));
     }

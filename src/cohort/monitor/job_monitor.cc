@@ -7,6 +7,7 @@
 
 #include "cohort/base/clock.h"
 #include "cohort/base/histogram.h"
+#include "cohort/base/json_number.h"
 
 namespace cohort::monitor {
 
@@ -220,7 +221,7 @@ json JobMonitor::job_locked() const {
     j["total_steps"] = total;
     j["epoch"] = m.value("epoch", int64_t{0});
     j["epochs"] = m.value("epochs", int64_t{1});
-    j["loss"] = m.value("loss", 0.0);
+    j["loss"] = json_number(m, "loss", 0.0);
     if (m.contains("accuracy")) j["accuracy"] = m["accuracy"];
     j["samples_per_sec"] = m.value("samples_per_sec", 0.0);
     j["progress"] = total > 0 ? static_cast<double>(step) / static_cast<double>(total) : 0.0;
@@ -363,7 +364,7 @@ std::string JobMonitor::prometheus() const {
   e.family("cohort_total_steps", "gauge", "Training steps the job will run.");
   e.sample("cohort_total_steps", "", last.value("total_steps", 0.0));
   e.family("cohort_loss", "gauge", "Mean training loss over the last logged window.");
-  e.sample("cohort_loss", "", last.value("loss", NAN));
+  e.sample("cohort_loss", "", json_number(last, "loss", NAN));
   e.family("cohort_train_accuracy", "gauge",
            "Training accuracy of rank 0's batches over the last logged window.");
   e.sample("cohort_train_accuracy", "", last.value("accuracy", NAN));
