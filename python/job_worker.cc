@@ -239,7 +239,8 @@ void JobWorker::report(json record) {
     }
     record["world_size"] = world;
     log::set_step(step);
-    recorder_->set_activity(step, comm::Phase::Training);
+    // The step the script trains now: the next one (as Cohort's own trainer names its phases).
+    recorder_->set_activity(step + 1, comm::Phase::Training);
     record["time"] = wall_seconds();
     publish_status(status);
     advanced = step != last_step_ || reports_ == 0;
@@ -319,6 +320,8 @@ void JobWorker::fail(const std::string& what, bool timed_out) {
     store_->set_timeout(
         std::chrono::milliseconds(static_cast<long>(config_.elastic.failure_timeout_s * 1000)));
     // Before the failure record: the launcher reads this when it sees the failure.
+    // Its thread would answer the next request for reports with a snapshot that is not final.
+    reporter_.reset();
     if (!trace::publish_final_report(*store_, elastic::keys::kDebugPrefix, *recorder_, what,
                                      timed_out)) {
       return;  // the coordinator is out of reach

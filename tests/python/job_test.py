@@ -240,7 +240,7 @@ def a_hung_worker_leaves_a_hang_report(tmp, script):
     if r.returncode == 0 or "a collective timed out" not in out:
         fail(f"the hang:\n{out}")
     report = open(os.path.join(run, "hang-report.txt")).read()
-    for want in ("rank 1 never entered allreduce #11", "in training of step 10",
+    for want in ("rank 1 never entered allreduce #11", "in training of step 11",
                  "rank 0 flight recorder"):
         if want not in report:
             fail(f"hang report without '{want}':\n{report}")

@@ -120,6 +120,31 @@ TEST(Tracer, TheBufferIsBoundedAndDropsAreCounted) {
   fs::remove_all(dir);
 }
 
+// A collective that failed while still queued (an abort, routine when a membership changes) never
+// started: it is an instant when it ended, not a span from the clock's zero to then (which zooms
+// a trace viewer out to decades).
+TEST(Tracer, ACollectiveThatNeverStartedIsAnInstantWhenItEnded) {
+  auto dir = fresh_dir("never-started");
+  const auto path = (dir / "trace" / "rank-0.json").string();
+  {
+    Tracer t({.path = path, .rank = 0});
+    t.on_collective({.seq = 7,
+                     .state = comm::CollectiveState::Failed,
+                     .queued_us = 5'000'000,
+                     .finished_us = 9'000'000});
+  }
+  const json j = json::parse(read_file(path));
+  const json events = events_named(j, "allreduce #7 (never started)");
+  ASSERT_EQ(events.size(), 1u) << j.dump(2);
+  EXPECT_EQ(events[0]["ph"], "i");
+  EXPECT_EQ(events[0]["ts"], 9'000'000);
+  EXPECT_EQ(events[0]["args"]["state"], "failed");
+  for (const auto& e : j["traceEvents"]) {
+    EXPECT_FALSE(e.value("ph", "") == "X" && e.value("ts", int64_t{-1}) == 0) << e.dump();
+  }
+  fs::remove_all(dir);
+}
+
 TEST(Tracer, MergeReadsTheFileOfARankThatDiedMidRun) {
   auto dir = fresh_dir("partial");
   std::ofstream(dir / "trace" / "rank-0.json")

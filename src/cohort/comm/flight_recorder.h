@@ -93,7 +93,7 @@ struct MessageRecord {
 };
 
 struct Activity {
-  int64_t step = -1;  // steps completed when the phase began (-1: before training)
+  int64_t step = -1;  // the step the phase is part of, the one in progress (-1: before training)
   Phase phase = Phase::Setup;
   int64_t since_us = 0;  // when the phase began
 };

@@ -44,6 +44,8 @@ HangReports::~HangReports() = default;
 std::string HangReports::on_timeout(const std::string& error) {
   if (reported_.exchange(true)) return "";
   try {
+    // Its thread would answer the next request for reports with a snapshot that is not final.
+    reporter_.reset();
     trace::publish_final_report(*store_, kDebugPrefix, *recorder_, error, /*timed_out=*/true);
     trace::HangWatch watch(*store_, kDebugPrefix, size_, 0);
     std::vector<trace::RankInfo> ranks = watch.collect(std::chrono::seconds(3));

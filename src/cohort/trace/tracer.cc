@@ -123,6 +123,23 @@ void Tracer::instant(std::string name, uint64_t bytes) {
 }
 
 void Tracer::on_collective(const comm::CollectiveRecord& r) {
+  const std::string name = std::string(comm::op_kind_name(r.kind)) + " #" + std::to_string(r.seq);
+  if (r.started_us <= 0) {
+    // Failed or given up (an abort) while still queued: an instant when it ended, not a span from
+    // the clock's zero.
+    json args{{"seq", r.seq},
+              {"count", r.count},
+              {"bytes", r.bytes()},
+              {"state", comm::collective_state_name(r.state)}};
+    if (!r.label.empty()) args["label"] = r.label;
+    push(Event{.ph = 'i',
+               .tid = 1,
+               .ts_us = r.finished_us > 0 ? r.finished_us : r.queued_us,
+               .name = name + " (never started)",
+               .cat = "comm",
+               .args = args.dump()});
+    return;
+  }
   const int64_t dur = std::max<int64_t>(0, r.finished_us - r.started_us);
   json args{{"seq", r.seq},
             {"algorithm", comm::algorithm_name(r.algorithm)},
@@ -142,7 +159,7 @@ void Tracer::on_collective(const comm::CollectiveRecord& r) {
              .tid = 1,
              .ts_us = r.started_us,
              .dur_us = dur,
-             .name = std::string(comm::op_kind_name(r.kind)) + " #" + std::to_string(r.seq),
+             .name = name,
              .cat = "comm",
              .args = args.dump()});
 }
