@@ -214,6 +214,16 @@ TEST_F(Simulate, BadInputIsRefusedByName) {
                        profile() + " --workers 2");
   EXPECT_EQ(typo.exit_code, 2);
   EXPECT_NE(typo.output.find("comm.bucketmb"), std::string::npos) << typo.output;
+  const auto hosts = simulate("--profile " + profile() + " --workers 8,9 --hosts 4");
+  EXPECT_EQ(hosts.exit_code, 2);
+  EXPECT_NE(hosts.output.find("--hosts 4 does not divide 9 workers"), std::string::npos)
+      << hosts.output;
+  // Parameter servers are not modelled: said, not answered as if the job ran allreduce.
+  std::ofstream(dir() / "ssp.yaml") << slurp(job()) << "sync: {mode: ssp}\nparameter_servers: 1\n";
+  const auto ssp = sh(kCohort + " simulate " + (dir() / "ssp.yaml").string() + " --profile " +
+                      profile() + " --workers 2");
+  EXPECT_EQ(ssp.exit_code, 2);
+  EXPECT_NE(ssp.output.find("not ssp (parameter servers)"), std::string::npos) << ssp.output;
   // Calibration's own options, checked before anything is measured.
   const auto rounds = sh(kCohort + " calibrate " + job() + " --rounds 0 --out " +
                          (dir() / "never.json").string());

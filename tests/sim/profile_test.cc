@@ -109,8 +109,13 @@ TEST(Profile, MalformedProfilesNameFileLineAndKey) {
   EXPECT_NE(odd.find("multiple of 4"), std::string::npos) << odd;
   const std::string device = error_of(with("\"device\": \"cpu\"", "\"device\": \"tpu\""));
   EXPECT_NE(device.find("compute.device"), std::string::npos) << device;
-  const std::string none = error_of(with("\"gradients\": [", "\"gradients\": [], \"x\": ["));
-  EXPECT_NE(none.find("compute"), std::string::npos) << none;
+  std::string empty = kProfile;
+  const size_t list = empty.find("\"gradients\": [");
+  ASSERT_NE(list, std::string::npos);
+  empty.replace(list, empty.find(']', list) - list + 1, "\"gradients\": []");
+  const std::string none = error_of(empty);
+  EXPECT_NE(none.find("compute.gradients: expected a list of the gradients"), std::string::npos)
+      << none;
   const std::string codec = error_of(with("\"fp16\": {", "\"fp17\": {"));
   EXPECT_NE(codec.find("kernels.codecs.fp17"), std::string::npos) << codec;
   const std::string version = error_of(with("\"profile\": 1", "\"profile\": 2"));

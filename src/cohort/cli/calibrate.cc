@@ -339,7 +339,7 @@ int calibrate_main(int argc, char** argv) {
   // Each codec's cost as a worker of the job pays it: PowerSGD's products on the worker's own
   // OpenBLAS threads, not on a pool as wide as the machine.
   compress::set_blas_threads(job ? static_cast<int>(job->threads_per_worker) : 1);
-  p.codecs = sim::measure_codecs(job ? static_cast<int>(job->comm.topk_ratio * 1000) : 10,
+  p.codecs = sim::measure_codecs(job ? job->comm.topk_ratio : 0.01,
                                  job ? static_cast<int>(job->comm.powersgd_rank) : 4,
                                  job ? p.compute.gradients : std::vector<sim::Gradient>{});
   char src[256];

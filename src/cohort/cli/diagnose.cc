@@ -69,8 +69,14 @@ json model_line(const train::JobConfig& cfg, const std::vector<trace::RankSteps>
     return nullptr;
   }
   const int workers = static_cast<int>(cfg.workers);
-  const sim::Prediction p =
-      sim::simulate(*profile, {.workers = workers, .ranks_per_host = workers}, choice_of(cfg));
+  sim::Prediction p;
+  try {
+    p = sim::simulate(*profile, {.workers = workers, .ranks_per_host = workers}, choice_of(cfg));
+  } catch (const std::exception& e) {
+    // The rest of the diagnosis stands without the model's line.
+    *text = std::string("model: no prediction for this run: ") + e.what();
+    return {{"error", e.what()}};
+  }
   const double measured = measured_step_s(ranks);
   char line[512];
   if (measured > 0) {

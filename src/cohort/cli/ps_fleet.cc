@@ -145,7 +145,7 @@ void ServerFleet::collect_retirements() {
       retired_.push_back(slot);
       events_.write({{"event", "slot_retired"}, {"slot", slot}});
       spdlog::warn("worker slot {} retired: its worker is gone and none will replace it", slot);
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       spdlog::warn("worker slot {} could not be retired yet ({}): trying again", slot, e.what());
     }
     it = retiring_.erase(it);

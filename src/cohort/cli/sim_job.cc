@@ -23,6 +23,12 @@ sim::Choice choice_of(const train::JobConfig& job) {
   o.topk_warmup_steps = job.comm.topk_warmup_steps;
   o.powersgd_rank = static_cast<int>(job.comm.powersgd_rank);
   o.min_bytes = static_cast<size_t>(job.comm.compression_min_kb * 1024);
+  if (job.sync.uses_servers()) {
+    // Parameter servers are not modelled: simulating the job as allreduce would answer another
+    // question than the one asked.
+    throw ConfigError("the simulator models sync.mode allreduce and local_sgd, not " +
+                      std::string(train::sync_kind_name(job.sync.mode)) + " (parameter servers)");
+  }
   c.sync = job.sync.mode == train::SyncKind::LocalSgd ? sim::SyncMode::LocalSgd : sim::SyncMode::Allreduce;
   c.period = static_cast<int>(job.sync.period);
   return c;

@@ -22,22 +22,28 @@ namespace cohort::cli {
 namespace {
 
 int usage(std::ostream& os, int code) {
-  os << "usage: cohort simulate JOB.yaml --workers N[,N...] [--profile P] [--hosts H | --ranks-per-host L]\n"
+  os << "usage: cohort simulate JOB.yaml --workers N[,N...] [--profile P] [--hosts H | "
+        "--ranks-per-host L]\n"
         "       [--one-machine] [--link BW] [--link-latency T] [--link-mtu B] [--link-framing B]\n"
         "       [--only-job] [--json] [--html FILE]\n"
         "       [--set key=value]...\n\n"
-        "Predicts, for each number of workers, the step time, the communication left exposed after\n"
-        "backward, the bytes on the busiest host link, samples/s and scaling efficiency of the job,\n"
+        "Predicts, for each number of workers, the step time, the communication left exposed "
+        "after\n"
+        "backward, the bytes on the busiest host link, samples/s and scaling efficiency of the "
+        "job,\n"
         "and of the choices that matter (allreduce algorithm, bucket size, gradient codec, local\n"
         "SGD), and names the fastest by step time. The profile (cohort calibrate) holds the\n"
         "machine's and the job's measured costs; ./profile.json when --profile is not given.\n\n"
-        "  --hosts H            spread the workers over H hosts (default: the profile's ranks per host)\n"
+        "  --hosts H            spread the workers evenly over H hosts (H divides every N; "
+        "default: the\n"
+        "                       profile's ranks per host)\n"
         "  --ranks-per-host L   L workers per host\n"
         "  --one-machine        the hosts are namespaces of one machine and share its cores\n"
         "                       (the emulated cluster of scripts/netcluster.sh)\n"
         "  --link BW            each host's network link instead of the profile's: a line rate in\n"
         "                       bits (25gbit, 100mbit), or what one TCP stream carries (1.2gbyte)\n"
-        "  --link-latency T     the latency between hosts (5us, 0.1ms, ...) instead of the profile's\n"
+        "  --link-latency T     the latency between hosts (5us, 0.1ms, ...) instead of the "
+        "profile's\n"
         "  --link-mtu BYTES     the line's MTU (default 1500): TCP carries mtu - 52 bytes of each\n"
         "                       packet's mtu + framing on the line\n"
         "  --link-framing BYTES what the line counts beyond each packet (default 38: Ethernet's\n"
@@ -154,6 +160,12 @@ int simulate_main(int argc, char** argv) {
   const sim::SweepOptions options{.only_job = args.has("only-job")};
   std::vector<sim::SweepWorld> results;
   for (int n : worlds) {
+    if (hosts > 0 && n % hosts != 0) {
+      // ceil(n / H) ranks on each host would make fewer hosts than asked for.
+      throw ConfigError("--hosts " + std::to_string(hosts) + " does not divide " +
+                        std::to_string(n) +
+                        " workers: the simulator places as many ranks on every host");
+    }
     sim::Layout l = base;
     l.workers = n;
     l.ranks_per_host = hosts > 0 ? static_cast<int>((n + hosts - 1) / hosts)

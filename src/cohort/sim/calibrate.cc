@@ -130,9 +130,8 @@ double measure_reduce() {
   return static_cast<double>(n * sizeof(float)) / t;
 }
 
-std::map<std::string, CodecCost, std::less<>> measure_codecs(int topk_ratio_permille,
-                                                             int powersgd_rank,
-                                                             const std::vector<Gradient>& gradients) {
+std::map<std::string, CodecCost, std::less<>> measure_codecs(
+    double topk_ratio, int powersgd_rank, const std::vector<Gradient>& gradients) {
   const size_t n = size_t{4} << 20;
   const double bytes = static_cast<double>(n * sizeof(float));
   std::vector<float> x(n), y(n);
@@ -155,7 +154,7 @@ std::map<std::string, CodecCost, std::less<>> measure_codecs(int topk_ratio_perm
   // its encoding, one its decoding. Top-k's decoding is a sum of the gathered entries, costed as a
   // reduction.
   compress::CompressionOptions o;
-  o.topk_ratio = topk_ratio_permille / 1000.0;
+  o.topk_ratio = topk_ratio;
   o.powersgd_rank = powersgd_rank;
   o.topk_warmup_steps = 0;
   o.powersgd_warmup_steps = 0;

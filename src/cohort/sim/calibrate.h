@@ -44,9 +44,8 @@ double measure_reduce();
 // Each codec's rates (fp16, bf16, int8, topk, powersgd), per core in f32 input bytes. Top-k and
 // PowerSGD, whose cost depends on the shapes of the tensors, are measured on `gradients` as one
 // bucket (a job's own), or on a 2048 x 2048 matrix when there are none.
-std::map<std::string, CodecCost, std::less<>> measure_codecs(int topk_ratio_permille = 10,
-                                                             int powersgd_rank = 4,
-                                                             const std::vector<Gradient>& gradients = {});
+std::map<std::string, CodecCost, std::less<>> measure_codecs(
+    double topk_ratio = 0.01, int powersgd_rank = 4, const std::vector<Gradient>& gradients = {});
 
 // One worker's compute from its trace (trace/tracer.h: spans data, forward, backward, optimizer
 // with their step; instants "bucket N ready" with their bytes) of a run with buckets as small
