@@ -72,6 +72,28 @@ TEST(SyncModes, TheOuterOptimizerAppliesTheAveragedUpdate) {
   for (const auto& d : {plain, unit, nesterov}) fs::remove_all(d);
 }
 
+// An evaluation and a checkpoint in the middle of a period average the replicas plainly: the
+// outer optimizer steps only at the period's averages (3 in 12 steps of period 4), from the anchor
+// of the last one, which the checkpoint keeps, so a job resumed from it trains what the job that
+// went on trained. (No inner momentum: a resumed job gives every rank rank 0's optimizer state.)
+TEST(SyncModes, AnAverageMidPeriodTakesNoOuterStepAndAResumeKeepsTheAnchor) {
+  const std::vector<std::string> job = {
+      "sync.mode=local_sgd",        "sync.period=4",
+      "train.optimizer.momentum=0", "sync.outer_optimizer={name: nesterov, lr: 0.7, momentum: 0.9}",
+      "checkpoint.every_steps=6",   "train.eval_every_steps=6"};
+  const fs::path whole = run_job("outer-whole", 12, job);
+  const json s = read_json(whole / "summary.json");
+  EXPECT_EQ(s["per_rank"][0]["outer_steps"], 3) << s.dump(2);
+  EXPECT_EQ(s["per_rank"][0]["averagings"], 4) << s.dump(2);  // and the one before step 6's
+  const fs::path half = run_job("outer-half", 6, job);
+  const e2e::Result r = e2e::sh(
+      std::string(COHORT_BINARY) + " run --resume " + half.string() + " --set train.max_steps=12",
+      300);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(max_relative_difference(final_state(whole), final_state(half)), 0.0);
+  for (const auto& d : {whole, half}) fs::remove_all(d);
+}
+
 // A worker killed mid-period: the survivors go back to the last average (a commit), a
 // replacement joins, every sample of the epoch is trained on once, the replicas agree at the end.
 TEST(SyncModes, LocalSgdLosesAtMostThePeriodWhenAWorkerDies) {

@@ -17,6 +17,7 @@
 
 #include <sstream>
 
+#include "cohort/base/error.h"
 #include "cohort/ddp/distributed_data_parallel.h"
 #include "cohort/train/sync_mode.h"
 
@@ -66,8 +67,15 @@ class LocalSgdMode final : public SyncMode {
 
   bool replicas_agree() const override { return agree_; }
 
+  // Evaluation, checkpoints and the end need one model: a plain average. The outer step stays the
+  // period's (an extra one would add a momentum step wherever an evaluation or a checkpoint
+  // falls), and so does its anchor: the next scheduled average steps from it as usual.
   void synchronize() override {
-    if (!agree_) average();
+    if (agree_) return;
+    p_.phase(comm::Phase::Averaging);
+    p_.ddp.average_parameters();
+    ++averagings_;
+    agree_ = true;
   }
 
   bool commit_due(int64_t completed) const override {
@@ -77,10 +85,20 @@ class LocalSgdMode final : public SyncMode {
     return averaged_at_ == completed;
   }
 
+  // The outer optimizer's momentum and, once the local steps began, the anchor: a checkpoint
+  // taken mid-period (after a plain average) resumes stepping from the same anchor.
   std::string save_state() const override {
     if (!outer_) return {};
-    torch::serialize::OutputArchive archive;
-    outer_->save(archive);
+    torch::serialize::OutputArchive archive, outer;
+    outer_->save(outer);
+    archive.write("outer", outer);
+    archive.write("anchors",
+                  torch::tensor(static_cast<int64_t>(anchors_stale_ ? 0 : anchors_.size())));
+    if (!anchors_stale_) {
+      for (size_t i = 0; i < anchors_.size(); ++i) {
+        archive.write("anchor_" + std::to_string(i), anchors_[i].detach(), /*is_buffer=*/true);
+      }
+    }
     std::ostringstream out;
     archive.save_to(out);
     return out.str();
@@ -91,11 +109,35 @@ class LocalSgdMode final : public SyncMode {
     if (!outer_ || state.empty()) return;
     torch::serialize::InputArchive archive;
     archive.load_from(state.data(), state.size());
-    outer_->load(archive);
+    torch::serialize::InputArchive outer;
+    if (!archive.try_read("outer", outer)) {
+      outer_->load(archive);  // written before anchors were kept: the optimizer's alone
+      return;
+    }
+    outer_->load(outer);
+    torch::Tensor count;
+    archive.read("anchors", count);
+    if (count.item<int64_t>() == 0) return;
+    if (count.item<int64_t>() != static_cast<int64_t>(anchors_.size())) {
+      throw Error("local SGD state of " + std::to_string(count.item<int64_t>()) +
+                  " anchors for a model of " + std::to_string(anchors_.size()) + " parameters");
+    }
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < anchors_.size(); ++i) {
+      torch::Tensor a;
+      archive.read("anchor_" + std::to_string(i), a, /*is_buffer=*/true);
+      if (!a.sizes().equals(anchors_[i].sizes())) {
+        throw Error("local SGD state: anchor " + std::to_string(i) + " of another shape");
+      }
+      anchors_[i].copy_(a);
+    }
+    anchors_stale_ = false;
   }
 
   nlohmann::json summary() const override {
-    return {{"averagings", averagings_}, {"local_steps", local_steps_}};
+    nlohmann::json s = {{"averagings", averagings_}, {"local_steps", local_steps_}};
+    if (outer_) s["outer_steps"] = outer_steps_;
+    return s;
   }
 
  private:
@@ -126,6 +168,7 @@ class LocalSgdMode final : public SyncMode {
       anchors_[i].mutable_grad() = anchors_[i].detach() - params[i].detach();
     }
     outer_->step();
+    ++outer_steps_;
     for (size_t i = 0; i < params.size(); ++i) params[i].copy_(anchors_[i].detach());
   }
 
@@ -136,7 +179,7 @@ class LocalSgdMode final : public SyncMode {
   bool anchors_stale_ = true;
   bool agree_ = true;
   int64_t averaged_at_ = -1;
-  int64_t averagings_ = 0, local_steps_ = 0;
+  int64_t averagings_ = 0, local_steps_ = 0, outer_steps_ = 0;
 };
 
 }  // namespace
