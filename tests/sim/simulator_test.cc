@@ -115,6 +115,24 @@ TEST(Plan, HalvingDoublingTalksToItsPartnersInOrder) {
   }
 }
 
+// Top-k's gather is planned as the codec runs it (comm::allgatherv_ring): a ring of the counts
+// (one 8-byte count per step), then one exchange per block around the ring, n - 1 of them.
+TEST(Plan, TopKsGatherIsTheCountsRingThenABlockPerStep) {
+  const std::vector<int> hosts = {0, 1, 2, 3};
+  auto plans = plan_collective({.kind = CollectiveSpec::Kind::Allgatherv, .count = 500}, hosts,
+                               [](comm::WorkKind, size_t) { return 0.0; });
+  ASSERT_EQ(plans.size(), 4u);
+  for (int r = 0; r < 4; ++r) {
+    const RankPlan& p = plans[static_cast<size_t>(r)];
+    ASSERT_EQ(p.exchanges.size(), 1u + 3u) << "rank " << r;
+    for (const Exchange& x : p.exchanges) {
+      EXPECT_EQ(x.send_to, (r + 1) % 4);
+      EXPECT_EQ(x.recv_from, (r + 3) % 4);
+    }
+    EXPECT_EQ(p.bytes_sent, 3u * 8 + 3u * 500 * 4);
+  }
+}
+
 TEST(Plan, AThousandRankRingTakesAFewRunsPerRank) {
   const std::vector<int> hosts(1024, 0);
   auto plans = plan_collective({.algorithm = comm::Algorithm::Ring, .count = 1 << 20}, hosts,

@@ -197,6 +197,11 @@ void allgather_ring(OpContext& ctx, Buffer in, Buffer out);
 void allreduce_encoded(OpContext& ctx, Buffer buf, Encoding& encoding, ReduceOp op,
                        Buffer residual);
 void allgatherv_ring(OpContext& ctx, Buffer in, GatheredBlocks* out);
+// allgatherv_ring's second phase, once every rank's count is known: block b (counts[b] elements
+// at offsets[b] of `out`, which holds them all) goes around the ring; `in` is this rank's block.
+// (The simulator plans top-k's exchange with it, the counts being known there.)
+void allgatherv_blocks(OpContext& ctx, Buffer in, const std::vector<size_t>& counts,
+                       const std::vector<size_t>& offsets, uint8_t* out);
 void broadcast(OpContext& ctx, Buffer buf, int root);
 void barrier(OpContext& ctx);
 // rooted.cc: the root's buf ends with the reduction; the others' is left as it was.

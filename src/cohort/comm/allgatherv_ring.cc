@@ -45,25 +45,28 @@ void allgatherv_ring(OpContext& ctx, Buffer in, GatheredBlocks* out) {
         out->offsets[static_cast<size_t>(b)] + out->counts[static_cast<size_t>(b)];
   }
   out->data.resize(static_cast<size_t>(total) * es);
-  if (in.count)
-    std::memcpy(out->data.data() + out->offsets[static_cast<size_t>(r)] * es, in.data,
-                in.count * es);
-  if (n == 1) return;
+  allgatherv_blocks(ctx, in, out->counts, out->offsets, out->data.data());
+}
 
+void allgatherv_blocks(OpContext& ctx, Buffer in, const std::vector<size_t>& counts,
+                       const std::vector<size_t>& offsets, uint8_t* out) {
+  const int n = ctx.size(), r = ctx.rank();
+  const size_t es = dtype_size(in.dtype);
+  if (in.count) std::memcpy(out + offsets[static_cast<size_t>(r)] * es, in.data, in.count * es);
+  if (n == 1) return;
   const size_t seg = ctx.segment_elems();
   auto block_segment = [&](int b, size_t k) {
-    const size_t len = out->counts[static_cast<size_t>(b)];
+    const size_t len = counts[static_cast<size_t>(b)];
     const size_t lo = k * seg, hi = std::min(lo + seg, len);
-    return Segment{out->data.data() + (out->offsets[static_cast<size_t>(b)] + lo) * es,
-                   (hi - lo) * es};
+    return Segment{out + (offsets[static_cast<size_t>(b)] + lo) * es, (hi - lo) * es};
   };
   for (int s = 0; s < n - 1; ++s) {
     const int sb = wrap(r - s, n), rb = wrap(r - s - 1, n);
     SendPlan send{.peer = wrap(r + 1, n),
-                  .count = ceil_div(out->counts[static_cast<size_t>(sb)], seg),
+                  .count = ceil_div(counts[static_cast<size_t>(sb)], seg),
                   .segment = [&](size_t k) { return block_segment(sb, k); }};
     RecvPlan recv{.peer = wrap(r - 1, n),
-                  .count = ceil_div(out->counts[static_cast<size_t>(rb)], seg),
+                  .count = ceil_div(counts[static_cast<size_t>(rb)], seg),
                   .segment = [&](size_t k) { return block_segment(rb, k); }};
     ctx.run(&send, &recv);
   }

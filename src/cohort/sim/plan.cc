@@ -177,7 +177,7 @@ std::vector<RankPlan> plan_collective(const CollectiveSpec& spec, const std::vec
   const int n = static_cast<int>(host_of.size());
   if (n < 1) throw Error("plan: a world needs at least one rank");
   const size_t es = dtype_size(spec.dtype);
-  const bool gather = spec.kind == CollectiveSpec::Kind::Allgather;
+  const bool gather = spec.kind == CollectiveSpec::Kind::Allgatherv;
   Arena arena(spec.count * es * (gather ? static_cast<size_t>(n) : 1));
   std::vector<uint8_t> scratch;
   const comm::Algorithm algo =
@@ -207,11 +207,20 @@ std::vector<RankPlan> plan_collective(const CollectiveSpec& spec, const std::vec
         comm::allreduce_encoded(ctx, buf, enc, comm::ReduceOp::Avg, Buffer{});
         break;
       }
-      case CollectiveSpec::Kind::Allgather: {
-        const Buffer out{spec.dtype, arena.data(), spec.count * static_cast<size_t>(n)};
+      case CollectiveSpec::Kind::Allgatherv: {
+        // The counts' ring first (what they are is known here: spec.count everywhere), then
+        // the blocks'.
+        std::vector<int64_t> seen(static_cast<size_t>(n), static_cast<int64_t>(spec.count));
+        comm::OpContext sizes = ctx;
+        sizes.id.dtype = DType::I64;
+        comm::allgather_ring(sizes, Buffer{DType::I64, &seen[static_cast<size_t>(r)], 1},
+                             Buffer{DType::I64, seen.data(), static_cast<size_t>(n)});
+        std::vector<size_t> counts(static_cast<size_t>(n), spec.count);
+        std::vector<size_t> offsets(static_cast<size_t>(n) + 1, 0);
+        for (size_t b = 0; b < counts.size(); ++b) offsets[b + 1] = offsets[b] + counts[b];
         const Buffer in{spec.dtype, arena.data() + static_cast<size_t>(r) * spec.count * es,
                         spec.count};
-        comm::allgather_ring(ctx, in, out);
+        comm::allgatherv_blocks(ctx, in, counts, offsets, arena.data());
         break;
       }
     }

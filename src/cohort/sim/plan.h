@@ -66,7 +66,9 @@ using WorkCost = std::function<double(comm::WorkKind kind, size_t bytes)>;
 // allgather of `count` elements from every rank (top-k's exchange). Segment size and ring window
 // as in CommConfig.
 struct CollectiveSpec {
-  enum class Kind { Allreduce, EncodedAllreduce, Allgather };
+  // Allgatherv: count elements from every rank, gathered as top-k's codec gathers its blocks
+  // (comm::allgatherv_ring: the counts first, then the blocks around the ring).
+  enum class Kind { Allreduce, EncodedAllreduce, Allgatherv };
   Kind kind = Kind::Allreduce;
   comm::Algorithm algorithm = comm::Algorithm::Auto;
   size_t count = 0;

@@ -150,7 +150,7 @@ BucketExchange bucket_exchange(Builder& b, const Profile& p, const Choice& c,
       }
       x.at_ready_s = static_cast<double>(bytes) / cost.encode_bytes_per_s;
       // Each entry is an index and a value (two 32-bit words), from every rank.
-      x.first = b.op({.kind = CollectiveSpec::Kind::Allgather, .count = 2 * k}, "");
+      x.first = b.op({.kind = CollectiveSpec::Kind::Allgatherv, .count = 2 * k}, "");
       x.decode_s = static_cast<double>(world) * 8.0 * static_cast<double>(k) / cost.decode_bytes_per_s;
       return x;
     }

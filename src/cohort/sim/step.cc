@@ -476,8 +476,8 @@ Prediction run_step(const Profile& p, const Layout& l, const Choice& c, StepKind
   for (const Collective& op : prog.ops) {
     out.algorithms.emplace_back(op.spec.kind == CollectiveSpec::Kind::Allreduce
                                     ? comm::algorithm_name(op.algorithm)
-                                    : op.spec.kind == CollectiveSpec::Kind::Allgather ? "allgather"
-                                                                                       : "encoded");
+                                : op.spec.kind == CollectiveSpec::Kind::Allgatherv ? "allgatherv"
+                                                                                   : "encoded");
   }
   return out;
 }
