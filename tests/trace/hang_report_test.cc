@@ -153,6 +153,26 @@ TEST(HangDiagnosis, ASendAndItsRecvBothInFlightSuspectTheConnection) {
   EXPECT_TRUE(a.snapshot().messages.empty());
 }
 
+// A broadcast whose root finished its part while the others still wait: the headline says which
+// ranks wait and which finished, not that none finished it.
+TEST(HangDiagnosis, ARankPastTheStuckCollectiveIsNotSaidToHaveNotFinishedIt) {
+  comm::FlightRecorder r0(0), r1(1), r2(2);
+  for (comm::FlightRecorder* r : {&r0, &r1, &r2}) {
+    r->on_queued({.seq = 1, .kind = comm::OpKind::Broadcast, .count = 4});
+    r->on_started(1, comm::Algorithm::Auto);
+  }
+  r0.on_finished(1, true);
+  std::vector<RankInfo> infos(3);
+  infos[0].report = r0.snapshot();
+  infos[1].report = r1.snapshot();
+  infos[2].report = r2.snapshot();
+  const HangDiagnosis d = diagnose_hang(infos);
+  EXPECT_EQ(d.stuck_seq, 1u);
+  EXPECT_EQ(d.headline.find("none finished it"), std::string::npos) << d.headline;
+  EXPECT_NE(d.headline.find("ranks 1, 2 entered broadcast #1"), std::string::npos) << d.headline;
+  EXPECT_NE(d.headline.find("rank 0 finished its part"), std::string::npos) << d.headline;
+}
+
 TEST(FlightRecord, JsonRoundTrips) {
   comm::FlightRecorder rec(5, 8);
   rec.on_queued({.seq = 1, .kind = comm::OpKind::Broadcast, .dtype = DType::I64, .count = 3});

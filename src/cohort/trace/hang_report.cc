@@ -315,8 +315,12 @@ HangDiagnosis diagnose_hang(const std::vector<RankInfo>& ranks) {
              " in " + coll;
       d.culprits = silent;
     } else {
-      head = "every rank entered " + coll + " and none finished it (" + wait_text +
-             "): no rank is missing; suspect the connections between them";
+      // A rank past it (a broadcast's root, say) finished its part; the others wait on each other.
+      head = (past.empty() ? "every rank entered " + coll + " and none finished it"
+                           : rank_list(waiting) + " entered " + coll + " and did not finish it, " +
+                                 rank_list(past) + " finished " +
+                                 (past.size() == 1 ? "its part" : "their parts")) +
+             " (" + wait_text + "): no rank is missing; suspect the connections between them";
     }
     if (!never.empty() && !silent.empty()) {
       head += "; " + rank_list(silent) + " did not report (" + note_of(silent.front()) + ")";
