@@ -124,7 +124,10 @@ std::shared_ptr<const JobMonitor> JobServer::monitor_for(int64_t id) {
   {
     std::lock_guard lk(mu_);
     auto it = monitors_.find(id);
-    if (it != monitors_.end()) return it->second;
+    if (it != monitors_.end()) {
+      used_[id] = ++uses_;
+      return it->second;
+    }
   }
   auto rec = history_->get(id);
   if (!rec) return nullptr;
@@ -162,8 +165,24 @@ std::shared_ptr<const JobMonitor> JobServer::monitor_for(int64_t id) {
     m->set_state(rec->state);
   }
   std::lock_guard lk(mu_);
-  // Keep finished and queued jobs' pictures; a running job's is the scheduler's.
-  return monitors_.emplace(id, m).first->second;
+  // Keep finished and queued jobs' pictures (the most recent); a running job's is the scheduler's.
+  auto kept = monitors_.emplace(id, m).first->second;
+  used_[id] = ++uses_;
+  keep_recent();
+  return kept;
+}
+
+void JobServer::keep_recent() {
+  std::vector<std::pair<uint64_t, int64_t>> idle;  // (last use, id) of jobs not running
+  for (const auto& [id, m] : monitors_) {
+    if (!running_.count(id)) idle.emplace_back(used_[id], id);
+  }
+  if (idle.size() <= kKeptMonitors) return;
+  std::sort(idle.begin(), idle.end());
+  for (size_t i = 0; i + kKeptMonitors < idle.size(); ++i) {
+    monitors_.erase(idle[i].second);
+    used_.erase(idle[i].second);
+  }
 }
 
 void JobServer::guard_routes() {
@@ -405,7 +424,9 @@ void JobServer::locked_pass() {
   for (auto it = running_.begin(); it != running_.end();) {
     follow(*it->second);
     if (finish_if_exited(*it->second)) {
+      used_[it->first] = ++uses_;  // its picture counts as just seen, among those kept
       it = running_.erase(it);
+      keep_recent();
     } else {
       used += it->second->rec.workers;
       ++it;

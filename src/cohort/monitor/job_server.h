@@ -93,6 +93,12 @@ class JobServer {
   std::mutex mu_;  // guards monitors_, running_ (changed only by the scheduler thread), cancels_
   std::condition_variable wake_;
   std::map<int64_t, std::shared_ptr<JobMonitor>> monitors_;
+  // When each monitor was last asked for: those of jobs not running are kept for the most recent
+  // kKeptMonitors only (each holds its job's whole history), the others read again when asked.
+  std::map<int64_t, uint64_t> used_;
+  uint64_t uses_ = 0;
+  static constexpr size_t kKeptMonitors = 32;
+  void keep_recent();  // (under mu_)
   std::map<int64_t, std::unique_ptr<Running>> running_;
   std::vector<int64_t> cancels_;  // running jobs to stop, handled by the scheduler
 };
