@@ -137,6 +137,29 @@ TEST(Diagnosis, SplitsSyncIntoWaitingForPeersAndCommunication) {
   EXPECT_NE(d.text().find("rank 1 (30 steps)"), std::string::npos) << d.text();
 }
 
+// Rank 2 is lost after step 20 and the others go on in membership epoch 1, where rank 1 is slow:
+// the steps of both epochs split waiting from communication (every rank of each step's world
+// reported it), and rank 1 is found a straggler among the ranks of its epoch.
+TEST(Diagnosis, AfterAMembershipChangeTheStepsOfEachWorldStillCount) {
+  std::vector<RankSteps> first = run(3, 20, 0.002, 0.010, 0.005);
+  std::vector<RankSteps> second = run(2, 20, 0.002, 0.010, 0.005, 1, 0.050);
+  for (int r = 0; r < 2; ++r) {
+    for (StepRecord rec : second[static_cast<size_t>(r)].steps) {
+      rec.step += 20;
+      rec.epoch = 1;
+      rec.end_us += 10'000'000;
+      rec.ready_us += 10'000'000;
+      first[static_cast<size_t>(r)].steps.push_back(rec);
+    }
+  }
+  const Diagnosis d = diagnose_run(first, facts(), {});
+  EXPECT_EQ(d.common_steps, 40);
+  ASSERT_EQ(d.ranks.size(), 3u);
+  EXPECT_GT(d.ranks[0].wait_s, 0.01);  // it waited for rank 1 in the second epoch
+  ASSERT_EQ(d.stragglers.size(), 1u);
+  EXPECT_EQ(d.stragglers[0].rank, 1);
+}
+
 TEST(Diagnosis, CommunicationBoundAdvice) {
   // 60% of the step is the exchange, far below the probe's bandwidth: compression and buckets.
   auto d = diagnose_run(run(2, 20, 0.001, 0.003, 0.006, -1, 0, 100000, 2.0), facts(), {});

@@ -151,32 +151,41 @@ Diagnosis diagnose_run(const std::vector<RankSteps>& ranks, const JobFacts& job,
     }
   }
 
-  // Wait for peers: at each step every rank of its world reported, the time between a rank's
-  // gradients being ready and the last rank's, at most its sync time.
+  // Wait for peers: at each step every rank of its world reported (the ranks of the newest
+  // membership epoch that recorded the step: a rank lost, a replacement joined, the world is the
+  // one of that epoch), the time between a rank's gradients being ready and the last rank's, at
+  // most its sync time.
   std::map<int, std::map<int64_t, double>> wait;        // rank -> step -> seconds
-  std::map<int64_t, std::map<int, StepRecord>> common;  // the steps every rank reported
-  if (!by_rank.empty()) {
-    for (const auto& [step, first] : by_rank.begin()->second) {
-      int64_t last_ready = 0;
-      size_t present = 0;
-      for (const auto& [rank, steps] : by_rank) {
-        auto it = steps.find(step);
-        if (it == steps.end() || it->second.epoch != first.epoch) continue;
-        ++present;
-        last_ready = std::max(last_ready, it->second.ready_us + offsets[rank]);
-      }
-      if (present != by_rank.size() || present != static_cast<size_t>(first.world)) continue;
-      ++d.common_steps;
-      for (const auto& [rank, steps] : by_rank) {
-        const StepRecord& s = steps.at(step);
-        common[step][rank] = s;
-        const double w = static_cast<double>(last_ready - (s.ready_us + offsets[rank])) / 1e6;
-        wait[rank][step] = std::clamp(w, 0.0, s.sync_s);
-      }
+  std::map<int64_t, std::map<int, StepRecord>>
+      common;                       // the steps every rank of its world reported
+  std::map<int64_t, int> epoch_of;  // step -> the newest epoch that recorded it
+  for (const auto& [rank, steps] : by_rank) {
+    for (const auto& [step, s] : steps) {
+      auto [it, fresh] = epoch_of.emplace(step, s.epoch);
+      if (!fresh) it->second = std::max(it->second, s.epoch);
     }
   }
+  for (const auto& [step, epoch] : epoch_of) {
+    std::map<int, StepRecord> there;
+    int64_t last_ready = 0;
+    int world = 0;
+    for (const auto& [rank, steps] : by_rank) {
+      auto it = steps.find(step);
+      if (it == steps.end() || it->second.epoch != epoch) continue;
+      there[rank] = it->second;
+      world = it->second.world;
+      last_ready = std::max(last_ready, it->second.ready_us + offsets[rank]);
+    }
+    if (there.size() != static_cast<size_t>(world)) continue;
+    ++d.common_steps;
+    for (const auto& [rank, s] : there) {
+      const double w = static_cast<double>(last_ready - (s.ready_us + offsets[rank])) / 1e6;
+      wait[rank][step] = std::clamp(w, 0.0, s.sync_s);
+    }
+    common[step] = std::move(there);
+  }
 
-  BusyTable busy;
+  std::map<int, BusyTable> busy;  // by membership epoch: stragglers among the same ranks
   double best_busbw_wait = -1;
   for (const auto& [rank, steps] : by_rank) {
     RankBreakdown b{.rank = rank};
@@ -191,7 +200,7 @@ Diagnosis diagnose_run(const std::vector<RankSteps>& ranks, const JobFacts& job,
       b.comm_s += s.sync_s - w;
       bytes += static_cast<double>(s.sent_bytes);
       coll_s += static_cast<double>(s.collective_us) / 1e6;
-      busy[rank][step] = s.busy_s();
+      busy[s.epoch][rank][step] = s.busy_s();
     }
     if (b.steps > 0) {
       const auto n = static_cast<double>(b.steps);
@@ -230,10 +239,19 @@ Diagnosis diagnose_run(const std::vector<RankSteps>& ranks, const JobFacts& job,
     m.step_s = m.data_s + m.compute_s + m.wait_s + m.comm_s;
     m.busbw_gbps = d.achieved_busbw_gbps;
   }
-  d.stragglers = find_stragglers(busy, job.straggler);
+  for (const auto& [epoch, table] : busy) {
+    for (Straggler& st : find_stragglers(table, job.straggler)) d.stragglers.push_back(st);
+  }
   if (job.sync_mode == "allreduce" && by_rank.size() > 1) {
     d.local_sgd = estimate_local_sgd(common, d.mean.comm_s, 8);
-    d.ssp = estimate_ssp(common, d.mean.comm_s, 3, SspEstimate{}.fresh_wait);
+    // Over the same ranks throughout: the membership epoch with the most common steps.
+    std::map<int, std::map<int64_t, std::map<int, StepRecord>>> by_epoch;
+    for (const auto& [step, recs] : common) by_epoch[epoch_of.at(step)][step] = recs;
+    const std::map<int64_t, std::map<int, StepRecord>>* longest = nullptr;
+    for (const auto& [epoch, steps] : by_epoch) {
+      if (!longest || steps.size() > longest->size()) longest = &steps;
+    }
+    if (longest) d.ssp = estimate_ssp(*longest, d.mean.comm_s, 3, SspEstimate{}.fresh_wait);
   }
 
   // Findings: the numbers, in words.
