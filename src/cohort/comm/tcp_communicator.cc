@@ -611,6 +611,7 @@ std::exception_ptr TcpCommunicator::timed_out(const Op& op, const StallError& st
                            " ms on rank " + std::to_string(rank()) + " (" + stall.waiting_for() +
                            ")";
   std::vector<int> missing;
+  const auto grace = std::min<Millis>(Millis(2000), op.timeout / 4);
   if (op.id.kind != OpKind::PointToPoint && mesh_->size() > 2) {
     // Every rank that times out in this collective says so in the store. A rank that is stopped,
     // hung or never called the collective cannot, so the ranks missing after a grace period are
@@ -618,7 +619,6 @@ std::exception_ptr TcpCommunicator::timed_out(const Op& op, const StallError& st
     const std::string base = key("stuck/" + std::to_string(op.id.seq) + "/");
     try {
       store_.set(base + std::to_string(rank()), store::to_bytes(stall.waiting_for()));
-      const auto grace = std::min<Millis>(Millis(2000), op.timeout / 4);
       std::vector<std::string> others;
       for (int r = 0; r < size(); ++r) {
         if (r != rank()) others.push_back(base + std::to_string(r));
@@ -650,9 +650,11 @@ std::exception_ptr TcpCommunicator::timed_out(const Op& op, const StallError& st
     missing.push_back(stall.peer());
     msg = head + "; not heard from rank " + std::to_string(stall.peer());
   } else {
-    msg =
-        head + "; ranks not heard from: " + join(missing) +
-        " (they did not report being stuck in this collective: stopped, hung, or never called it)";
+    msg = head + "; ranks not heard from: " + join(missing) +
+          " (they did not report being stuck in this collective within " +
+          std::to_string(grace.count()) +
+          " ms: stopped, hung, never called it, or called it later than this rank by more than "
+          "that)";
   }
   return std::make_exception_ptr(
       CollectiveTimeoutError(std::string(op_kind_name(op.id.kind)), op.id.seq, missing, msg));
