@@ -107,6 +107,21 @@ TEST(ServerModes, SspBoundsHowFarAheadAWorkerRunsAndAsyncDoesNot) {
     }
   }
   EXPECT_GT(bound_hit, 60) << "the fast workers never reached the bound";
+  // The summary's staleness is that of the steps trained, as the step log has it.
+  for (const json& rank : read_json(ssp / "summary.json")["per_rank"]) {
+    const auto& steps = ssp_logs.at(rank["job_rank"].get<int>());
+    std::vector<int64_t> histogram;
+    int64_t most = 0;
+    for (const json& st : steps) {
+      const auto k = static_cast<size_t>(st["staleness"].get<int64_t>());
+      if (histogram.size() <= k) histogram.resize(k + 1, 0);
+      ++histogram[k];
+      most = std::max<int64_t>(most, static_cast<int64_t>(k));
+    }
+    EXPECT_EQ(rank["staleness"]["histogram"].get<std::vector<int64_t>>(), histogram)
+        << rank.dump(2);
+    EXPECT_EQ(rank["staleness"]["max"], most) << rank.dump(2);
+  }
   // The fast workers wait for the slow one: a fast worker's last step (clock 119) waits for
   // version 118, which needs the slow worker's push of clock 117, which it sent only after its
   // step 116 had ended.

@@ -167,7 +167,7 @@ void ServerWorker::pull_into(torch::nn::Module& model, int64_t clock) {
       cfg_.sync.mode == SyncKind::Ssp ? std::max<int64_t>(0, clock - cfg_.sync.staleness) : 0;
   ps::PullInfo info;
   pull_until({.min_version = min_version}, info);
-  staleness_ = std::max<int64_t>(0, clock - info.min_clock);
+  record_staleness(clock, info.min_clock);
   if (own_) own_->clear();
   copy_into(model);
 }
@@ -244,11 +244,17 @@ ServerWorker::Exchange ServerWorker::exchange(torch::nn::Module& model, int64_t 
 
 void ServerWorker::record_staleness(int64_t clock, int64_t min_clock) {
   staleness_ = std::max<int64_t>(0, clock - min_clock);
+}
+
+int64_t ServerWorker::count_staleness() {
+  if (staleness_ < 0) return staleness_;
+  ++staleness_counted_;
   const size_t bucket = std::min(static_cast<size_t>(staleness_), kStalenessBuckets - 1);
   if (staleness_hist_.size() <= bucket) staleness_hist_.resize(bucket + 1, 0);
   ++staleness_hist_[bucket];
   staleness_max_ = std::max(staleness_max_, staleness_);
   staleness_sum_ += static_cast<double>(staleness_);
+  return staleness_;
 }
 
 void ServerWorker::hold_others() {
@@ -263,6 +269,7 @@ void ServerWorker::pull_latest(torch::nn::Module& model) {
   ps::PullInfo info;
   client_->pull(keys_, params_, {}, &info)->wait();
   stopped_ |= info.stopped;
+  record_staleness(clock_, info.min_clock);  // the next step trains on these
   copy_into(model);
 }
 
@@ -306,19 +313,21 @@ nlohmann::json ServerWorker::summary() {
   }
   std::vector<uint64_t> applied;
   for (const ps::ShardStatus& s : status) applied.push_back(s.applied);
-  return {{"slot", slot_},
-          {"pushes", pushes_},
-          {"pushes_resent", duplicates_},
-          // sync.read_my_writes: own steps added to pulled parameters, one per clock and shard.
-          {"own_steps_added", own_ ? own_->added() : 0},
-          // Pushes each shard applied, every worker's together (each counted once).
-          {"pushes_applied_by_shard", applied},
-          {"staleness",
-           {{"histogram", staleness_hist_},
-            {"max", staleness_max_},
-            {"mean", pushes_ > 0 ? staleness_sum_ / static_cast<double>(pushes_) : 0.0}}},
-          // The servers count every sample once, whoever trained it.
-          {"epoch_samples", samples}};
+  return {
+      {"slot", slot_},
+      {"pushes", pushes_},
+      {"pushes_resent", duplicates_},
+      // sync.read_my_writes: own steps added to pulled parameters, one per clock and shard.
+      {"own_steps_added", own_ ? own_->added() : 0},
+      // Pushes each shard applied, every worker's together (each counted once).
+      {"pushes_applied_by_shard", applied},
+      {"staleness",
+       {{"histogram", staleness_hist_},
+        {"max", staleness_max_},
+        {"mean",
+         staleness_counted_ > 0 ? staleness_sum_ / static_cast<double>(staleness_counted_) : 0.0}}},
+      // The servers count every sample once, whoever trained it.
+      {"epoch_samples", samples}};
 }
 
 namespace {

@@ -98,6 +98,9 @@ class ServerWorker {
   nlohmann::json summary();
   // The staleness of the parameters the next step uses (-1 before the first pull).
   int64_t staleness() const { return staleness_; }
+  // A step trains on them: their staleness, counted in the summary's (the steps trained, as the
+  // step log has them, not the pulls: the last one and those after a stop train nothing).
+  int64_t count_staleness();
 
  private:
   void connect(torch::nn::Module& model, uint32_t slot);
@@ -130,7 +133,7 @@ class ServerWorker {
   bool pulled_ = false;  // the model was overwritten from the servers: no longer the seed's
   int64_t staleness_ = -1;
   std::vector<uint64_t> staleness_hist_;
-  int64_t staleness_max_ = 0;
+  int64_t staleness_max_ = 0, staleness_counted_ = 0;
   double staleness_sum_ = 0;
   int64_t pushes_ = 0, duplicates_ = 0;
   // The start of the last exchange, what of it was held, and the step time's running mean.

@@ -260,7 +260,7 @@ void Trainer::train_step(Epoch& e, const Batch& batch, Clock::time_point t0) {
     trained.id_sum += d;
     trained.id_sq_sum += d * d;
   }
-  const int64_t staleness = servers_ ? servers_->staleness() : -1;  // of the parameters used
+  const int64_t staleness = servers_ ? servers_->count_staleness() : -1;  // of the parameters used
   if (servers_) servers_->set_samples(state_.epoch, trained);
   const StepSync sync = e.mode.step(loss, state_.step);
   const comm::CollectiveTotals coll = recorder_.totals();
