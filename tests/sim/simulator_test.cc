@@ -10,6 +10,7 @@
 #include "cohort/sim/plan.h"
 #include "cohort/sim/program.h"
 #include "cohort/sim/step.h"
+#include "cohort/sim/sweep.h"
 
 namespace cohort::sim {
 namespace {
@@ -130,6 +131,32 @@ TEST(Plan, TopKsGatherIsTheCountsRingThenABlockPerStep) {
       EXPECT_EQ(x.recv_from, (r + 3) % 4);
     }
     EXPECT_EQ(p.bytes_sent, 3u * 8 + 3u * 500 * 4);
+  }
+}
+
+// fp16's allreduce is n^2 planned exchanges: past kMaxEncodedWorkers it is refused by name (it
+// would not fit in memory), and a sweep there leaves the dense codecs out instead of failing.
+TEST(Simulate, DenseCodecsBeyondTheirLimitAreRefusedAndLeftOutOfTheSweep) {
+  Profile p = round_profile({grad(64 << 10, 0.001)}, 0.001);
+  p.codecs["fp16"] = CodecCost{.encode_bytes_per_s = 1e9, .decode_bytes_per_s = 1e9};
+  Choice fp16;
+  fp16.compression.method = compress::Method::Fp16;
+  fp16.compression.min_bytes = 0;
+  const Layout big{.workers = kMaxEncodedWorkers + 1, .ranks_per_host = 1};
+  try {
+    simulate(p, big, fp16);
+    ADD_FAILURE() << "fp16 at " << big.workers << " workers was simulated";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 1024 workers"), std::string::npos) << e.what();
+  }
+  const SweepWorld w =
+      sweep(p, big, Choice{}, {.bucket_mb = {25}, .codecs = true, .local_sgd = false});
+  EXPECT_GT(w.rows.size(), 1u);
+  for (const SweepRow& r : w.rows) {
+    EXPECT_TRUE(r.choice.compression.method != compress::Method::Fp16 &&
+                r.choice.compression.method != compress::Method::Bf16 &&
+                r.choice.compression.method != compress::Method::Int8)
+        << describe(r.choice);
   }
 }
 

@@ -485,6 +485,14 @@ Prediction run_step(const Profile& p, const Layout& l, const Choice& c, StepKind
 }  // namespace
 
 Prediction simulate(const Profile& profile, const Layout& layout, const Choice& choice) {
+  const compress::Method m = choice.compression.method;
+  if ((m == compress::Method::Fp16 || m == compress::Method::Bf16 || m == compress::Method::Int8) &&
+      layout.workers > kMaxEncodedWorkers) {
+    throw ConfigError("the simulator plans " + std::string(compress::method_name(m)) +
+                      "'s allreduce exchange by exchange (n^2 of them): at most " +
+                      std::to_string(kMaxEncodedWorkers) + " workers, not " +
+                      std::to_string(layout.workers));
+  }
   Prediction out;
   if (choice.sync == SyncMode::LocalSgd && layout.workers > 1) {
     if (choice.period < 1) throw Error("local_sgd: the period must be at least 1");

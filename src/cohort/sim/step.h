@@ -51,6 +51,12 @@ struct Choice {
   size_t chunk_bytes = 256 << 10;
 };
 
+// fp16, bf16 and int8 send each rank's block to every other rank directly (allreduce_encoded):
+// 2(n - 1) exchanges per rank, each planned as its own record, n^2 in all. Beyond this many
+// workers the plan would not fit in memory (about 5 GB a bucket size at 4,096): such a choice is
+// refused, and the sweep leaves those codecs out.
+inline constexpr int kMaxEncodedWorkers = 1024;
+
 struct Prediction {
   int workers = 1;
   int hosts = 1;

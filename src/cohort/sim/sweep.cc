@@ -77,6 +77,9 @@ SweepWorld sweep(const Profile& profile, const Layout& layout, const Choice& job
     for (compress::Method m : {compress::Method::None, compress::Method::Fp16, compress::Method::Bf16,
                                compress::Method::Int8, compress::Method::TopK, compress::Method::PowerSgd}) {
       if (m != compress::Method::None && !profile.codecs.count(compress::method_name(m))) continue;
+      const bool encoded =
+          m == compress::Method::Fp16 || m == compress::Method::Bf16 || m == compress::Method::Int8;
+      if (encoded && layout.workers > kMaxEncodedWorkers) continue;  // step.h
       Choice c = base;
       c.compression.method = m;
       add(c, "codec");
