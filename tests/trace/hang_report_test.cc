@@ -277,5 +277,40 @@ TEST(HangWatch, ReportersAnswerAndAStallIsSeenOnce) {
   EXPECT_TRUE(watch.timeout_reported());
 }
 
+// Rank 1 was lost (it left a final report) and rank 2 replaced it. Watched over the new members,
+// the report asks the replacement, and neither blames the lost rank's stale report nor says it
+// did not answer.
+TEST(HangWatch, TheCurrentMembersAreWatchedAReplacementIncluded) {
+  store::MemoryStore backing;
+  struct Shared : store::PrefixStore {
+    explicit Shared(store::Store& s) : PrefixStore("x", s) {}
+  };
+  store::PrefixStore coordinator("x", backing);
+  comm::FlightRecorder r0(0), lost(1), r2(2);
+  lost.on_queued({.seq = 3, .kind = comm::OpKind::Allreduce, .count = 4});
+  lost.on_started(3, comm::Algorithm::Auto);
+  publish_final_report(coordinator, "d", lost, "allreduce #3 timed out", true);
+  r0.set_activity(7, Phase::Backward);
+  r2.set_activity(7, Phase::Data);
+  FlightReporter rep0(std::make_unique<Shared>(backing), "d", r0, 0, 100ms);
+  FlightReporter rep2(std::make_unique<Shared>(backing), "d", r2, 2, 100ms);
+  // Reporters answer the requests made after they started: wait until both have published.
+  store::PrefixStore debug("d", coordinator);
+  debug.wait({"activity/0", "activity/2"}, 5s);
+  HangWatch watch(coordinator, "d", 2, /*hang_timeout_s=*/0.5);
+  watch.set_members({2, 0});
+  EXPECT_FALSE(watch.timeout_reported()) << "the lost rank's final report counted";
+  const auto infos = watch.collect(5s);
+  ASSERT_EQ(infos.size(), 3u);
+  EXPECT_FALSE(infos[1].member);
+  ASSERT_TRUE(infos[2].report.has_value()) << "the replacement was not asked";
+  EXPECT_EQ(infos[2].report->activity.phase, Phase::Data);
+  const HangDiagnosis d = diagnose_hang(infos);
+  EXPECT_TRUE(d.culprits.empty()) << d.headline;
+  EXPECT_EQ(d.headline.find("rank 1"), std::string::npos) << d.headline;
+  ASSERT_EQ(d.details.size(), 2u);
+  EXPECT_EQ(d.details[1].rfind("rank 2: ", 0), 0u) << d.details[1];
+}
+
 }  // namespace
 }  // namespace cohort::trace

@@ -410,6 +410,8 @@ void JobLaunch::follow_membership() {
     if (console_) console_->monitor().add_worker(r, lost);
   }
   coordinator_->expect_joiners(joiners_possible());
+  // Hangs are looked for among the current members: a replacement's too, a lost rank's no more.
+  if (hang_watch_) hang_watch_->set_members(coordinator_->members());
 }
 
 bool JobLaunch::supervise_once() {

@@ -244,6 +244,7 @@ HangDiagnosis diagnose_hang(const std::vector<RankInfo>& ranks) {
   uint64_t stuck = 0;
   for (int r = 0; r < n; ++r) {
     const RankInfo& info = ranks[static_cast<size_t>(r)];
+    if (!info.member) continue;
     if (!info.report) {
       silent.push_back(r);
       continue;
@@ -252,7 +253,7 @@ HangDiagnosis diagnose_hang(const std::vector<RankInfo>& ranks) {
   }
   // d.snapshots no longer grows: the pointers stay valid from here on.
   for (size_t i = 0, k = 0; i < views.size(); ++i) {
-    if (!ranks[i].report) continue;
+    if (!ranks[i].member || !ranks[i].report) continue;
     View& v = views[i];
     v.s = &d.snapshots[k++];
     for (const auto& rec : v.s->records) {
@@ -348,6 +349,7 @@ HangDiagnosis diagnose_hang(const std::vector<RankInfo>& ranks) {
   for (int r = 0; r < n; ++r) {
     const View& v = views[static_cast<size_t>(r)];
     const RankInfo& info = ranks[static_cast<size_t>(r)];
+    if (!info.member) continue;
     std::string line = "rank " + std::to_string(r) + ": ";
     if (!v.s) {
       line += "did not report: " + note_of(r);
@@ -486,12 +488,24 @@ HangWatch::HangWatch(store::Store& store, const std::string& prefix, int world_s
       world_(world_size),
       timeout_s_(hang_timeout_s),
       last_seen_(static_cast<size_t>(world_size)),
-      last_progress_(std::chrono::steady_clock::now()) {}
+      last_progress_(std::chrono::steady_clock::now()) {
+  for (int r = 0; r < world_size; ++r) members_.push_back(r);
+}
+
+void HangWatch::set_members(std::vector<int> job_ranks) {
+  std::sort(job_ranks.begin(), job_ranks.end());
+  if (job_ranks == members_) return;
+  members_ = std::move(job_ranks);
+  if (!members_.empty()) world_ = std::max(world_, members_.back() + 1);
+  last_seen_.resize(static_cast<size_t>(world_));
+  // Another world: its ranks publish afresh, and the time without progress starts again.
+  last_progress_ = std::chrono::steady_clock::now();
+}
 
 bool HangWatch::stalled() {
   auto now = std::chrono::steady_clock::now();
   bool all = true, progress = false, finishing = false;
-  for (int r = 0; r < world_; ++r) {
+  for (int r : members_) {
     if (!store_->check({activity_key(r)})) {
       all = false;
       continue;
@@ -519,7 +533,7 @@ bool HangWatch::stalled() {
 }
 
 bool HangWatch::timeout_reported() {
-  for (int r = 0; r < world_; ++r) {
+  for (int r : members_) {
     if (!store_->check({report_key(r)})) continue;
     json j = json::parse(to_string(store_->get(report_key(r))), nullptr, false);
     if (!j.is_discarded() && j.value("final", false) && j.value("timed_out", false)) return true;
@@ -532,11 +546,13 @@ std::vector<RankInfo> HangWatch::collect(std::chrono::milliseconds wait) {
   const long req = next_request_++;
   store_->set(request_key(req), to_bytes("1"));
   std::vector<RankInfo> out(static_cast<size_t>(world_));
+  for (RankInfo& info : out) info.member = false;
+  for (int r : members_) out[static_cast<size_t>(r)].member = true;
   std::vector<bool> answered(static_cast<size_t>(world_), false);
   const auto deadline = std::chrono::steady_clock::now() + wait;
   for (;;) {
     bool all = true;
-    for (int r = 0; r < world_; ++r) {
+    for (int r : members_) {
       auto i = static_cast<size_t>(r);
       if (answered[i]) continue;
       if (store_->check({report_key(r)})) {
@@ -557,7 +573,7 @@ std::vector<RankInfo> HangWatch::collect(std::chrono::milliseconds wait) {
     if (all || std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  for (int r = 0; r < world_; ++r) {
+  for (int r : members_) {
     if (!store_->check({activity_key(r)})) continue;
     json a = json::parse(to_string(store_->get(activity_key(r))), nullptr, false);
     if (!a.is_discarded()) out[static_cast<size_t>(r)].last_activity = a;

@@ -40,6 +40,7 @@ struct RankInfo {
   std::string error;                           // the rank's own error, if it failed
   std::string note;                            // e.g. "pid 4242 is stopped (SIGSTOP or a debugger)"
   std::optional<nlohmann::json> last_activity;  // the rank's last published activity
+  bool member = true;  // false: not in the job's current membership (lost, or not joined): ignored
 };
 
 struct HangDiagnosis {
@@ -95,6 +96,11 @@ class HangWatch {
  public:
   HangWatch(store::Store& store, const std::string& prefix, int world_size, double hang_timeout_s);
 
+  // The job ranks of the current membership (at the start 0 .. world_size - 1): the ranks watched
+  // and asked for their records. A replacement is watched once it is a member; a lost rank no
+  // longer is (its stale activity and report would be blamed).
+  void set_members(std::vector<int> job_ranks);
+
   // Reads every rank's published activity; true once when no rank has made progress (a new
   // step or a finished collective) for hang_timeout_s since every rank has published. Rearms
   // after progress.
@@ -107,7 +113,8 @@ class HangWatch {
 
  private:
   std::unique_ptr<store::Store> store_;  // the caller's store under the prefix
-  int world_;
+  int world_;                            // one more than the highest job rank seen
+  std::vector<int> members_;             // watched, in increasing order
   double timeout_s_;
   long next_request_ = 0;
   std::vector<std::string> last_seen_;
