@@ -111,6 +111,17 @@ void Trainer::start_tracing() {
 json Trainer::run_epoch() {
   comm::Communicator& comm = ctx_.agent.connect(membership_);
   log::set_context(job_rank_, membership_.epoch, state_.step);
+  // The communicator's errors name its own ranks, the members' positions: after a loss or a join
+  // they are not the job's ranks, so the log says which is which.
+  bool renumbered = false;
+  std::string ranks;
+  for (size_t i = 0; i < membership_.members.size(); ++i) {
+    renumbered |= membership_.members[i] != static_cast<int>(i);
+    ranks += (i ? ", " : "") + std::to_string(i) + " = " + std::to_string(membership_.members[i]);
+  }
+  if (renumbered) {
+    spdlog::info("membership epoch {}: communicator rank = job rank: {}", membership_.epoch, ranks);
+  }
   // Clock offsets are measured by the workers of the start together; a replacement that joins
   // later keeps its own clock.
   if (membership_.epoch == 0) clock_offset_us_ = trace::measure_clock_offset(comm);
