@@ -207,28 +207,16 @@ Deadline setup_slice(const CommConfig& o, Deadline deadline) {
   return deadline.earlier(Deadline::after(Millis(250)));
 }
 
-void wait_for_keys(store::Store& store, const CommConfig& o, const std::vector<std::string>& keys,
-                   Deadline deadline) {
-  for (;;) {
-    const Deadline slice = setup_slice(o, deadline);
-    try {
-      store.wait(keys, slice.remaining());
-      return;
-    } catch (const TimeoutError&) {
-      if (deadline.expired() || !o.setup_cancelled) throw;
-    }
-  }
-}
-
 namespace {
 
-// Connects to `ep` until `deadline` (TimeoutError), in setup slices: a listener that is gone (its
-// rank gave the setup up) refuses every try, and a rank told to give up must not go on dialling.
-net::Socket connect_in_slices(const CommConfig& o, const net::Endpoint& ep, Deadline deadline) {
+// Runs `attempt(slice)` in setup slices until it returns: a slice that times out is tried again
+// (noticing a cancellation) until `deadline`, then its TimeoutError goes to the caller.
+template <typename Attempt>
+auto in_setup_slices(const CommConfig& o, Deadline deadline, Attempt attempt) {
   for (;;) {
     const Deadline slice = setup_slice(o, deadline);
     try {
-      return net::Socket::connect(ep, slice);
+      return attempt(slice);
     } catch (const TimeoutError&) {
       if (deadline.expired() || !o.setup_cancelled) throw;
     }
@@ -236,6 +224,11 @@ net::Socket connect_in_slices(const CommConfig& o, const net::Endpoint& ep, Dead
 }
 
 }  // namespace
+
+void wait_for_keys(store::Store& store, const CommConfig& o, const std::vector<std::string>& keys,
+                   Deadline deadline) {
+  in_setup_slices(o, deadline, [&](Deadline slice) { store.wait(keys, slice.remaining()); });
+}
 
 PeerLink dial_peer(store::Store& store, const CommConfig& o, const std::string& me, int j,
                    Deadline deadline) {
@@ -247,7 +240,10 @@ PeerLink dial_peer(store::Store& store, const CommConfig& o, const std::string& 
     try {
       wait_for_keys(store, o, {key}, deadline);
       auto ep = net::Endpoint::parse(store::to_string(store.get(key)));
-      s = connect_in_slices(o, ep, deadline);
+      // A listener that is gone (its rank gave the setup up) refuses every try: dialled in
+      // slices, so that a rank told to give up stops.
+      s = in_setup_slices(o, deadline,
+                          [&](Deadline slice) { return net::Socket::connect(ep, slice); });
       info = net::handshake_as_client(s, o.token, me, deadline, &session);
       break;
     } catch (const TimeoutError& e) {
